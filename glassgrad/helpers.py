@@ -1,0 +1,120 @@
+"""Small utilities shared across glassgrad: environment flags, Context, and math on shapes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pathlib
+import sys
+from typing import Any, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+@functools.cache
+def _env_int(key: str, default: int) -> int:
+    return int(os.environ.get(key, default))
+
+
+class ContextVar:
+    """A named integer flag read once from the environment and changeable with `Context`."""
+
+    registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int = 0):
+        self.key, self.value = key, _env_int(key, default)
+        ContextVar.registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, other: int) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: int) -> bool:
+        return self.value > other
+
+    def __le__(self, other: int) -> bool:
+        return self.value <= other
+
+    def __lt__(self, other: int) -> bool:
+        return self.value < other
+
+    def __int__(self) -> int:
+        return self.value
+
+
+DEBUG = ContextVar("DEBUG", 0)
+NOOPT = ContextVar("NOOPT", 0)
+BEAM = ContextVar("BEAM", 0)
+
+
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read an environment variable, converted to the type of `default`."""
+    value = os.environ.get(key)
+    return default if value is None else type(default)(value)
+
+
+@contextlib.contextmanager
+def Context(**flags: int) -> Iterator[None]:
+    """Temporarily set flags such as DEBUG or NOOPT: `with Context(DEBUG=2): ...`."""
+    old = {key: ContextVar.registry[key].value for key in flags}
+    for key, value in flags.items():
+        ContextVar.registry[key].value = value
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            ContextVar.registry[key].value = value
+
+
+def prod(xs: Iterable[int]) -> int:
+    """Product of a sequence of ints (1 for an empty one)."""
+    result = 1
+    for x in xs:
+        result *= x
+    return result
+
+
+def all_same(items: list[Any] | tuple[Any, ...]) -> bool:
+    return all(x == items[0] for x in items)
+
+
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a contiguous array, with stride 0 on size-1 dimensions."""
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc if size != 1 else 0)
+        acc *= size
+    return tuple(reversed(strides))
+
+
+def argsort(xs: list[Any] | tuple[Any, ...]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+
+
+def use_color() -> bool:
+    return "NO_COLOR" not in os.environ and sys.stdout.isatty()
+
+
+def colored(text: str, color: str | None, bright: bool = False) -> str:
+    """Wrap text in an ANSI color when printing to a terminal (NO_COLOR=1 turns it off)."""
+    if color is None or not use_color():
+        return text
+    return f"\u001b[{COLORS[color] + 60 * bright}m{text}\u001b[0m"
+
+
+def cache_dir() -> pathlib.Path:
+    """Where glassgrad keeps compiled kernels: $XDG_CACHE_HOME/glassgrad or ~/.cache/glassgrad."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = pathlib.Path(base) / "glassgrad"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
+    return [x for inner in nested for x in inner]

@@ -1,0 +1,5 @@
+"""The IR: UOp nodes, their ops, pattern matching, symbolic simplification and views."""
+
+from glassgrad.uop.ops import GroupOp, Ops, UOp
+
+__all__ = ["GroupOp", "Ops", "UOp"]

@@ -1,0 +1,368 @@
+"""UOp, the one graph node of glassgrad, from the Tensor graph down to the rendered program."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import weakref
+from typing import Any, Callable
+
+from glassgrad.dtype import DType, dtypes, truncate
+from glassgrad.helpers import prod
+
+
+class Ops(enum.Enum):
+    """Every kind of UOp, grouped as in docs/architecture.md."""
+
+    # buffers and data
+    UNIQUE = enum.auto()
+    DEVICE = enum.auto()
+    BUFFER = enum.auto()
+    CONST = enum.auto()
+    COPY = enum.auto()
+    ASSIGN = enum.auto()
+    CONTIGUOUS = enum.auto()
+    DETACH = enum.auto()
+    VIEW = enum.auto()
+    VALID = enum.auto()
+    KERNEL = enum.auto()
+    # elementwise, one input
+    NEG = enum.auto()
+    EXP2 = enum.auto()
+    LOG2 = enum.auto()
+    SIN = enum.auto()
+    SQRT = enum.auto()
+    RECIP = enum.auto()
+    CAST = enum.auto()
+    BITCAST = enum.auto()
+    TRUNC = enum.auto()
+    # elementwise, two inputs
+    ADD = enum.auto()
+    MUL = enum.auto()
+    IDIV = enum.auto()
+    MOD = enum.auto()
+    MAX = enum.auto()
+    CMPLT = enum.auto()
+    CMPNE = enum.auto()
+    AND = enum.auto()
+    OR = enum.auto()
+    XOR = enum.auto()
+    SHL = enum.auto()
+    SHR = enum.auto()
+    # elementwise, three inputs
+    WHERE = enum.auto()
+    MULACC = enum.auto()
+    # reduce
+    REDUCE_AXIS = enum.auto()
+    # movement (zero-copy)
+    RESHAPE = enum.auto()
+    PERMUTE = enum.auto()
+    EXPAND = enum.auto()
+    PAD = enum.auto()
+    SHRINK = enum.auto()
+    FLIP = enum.auto()
+    # kernel and program
+    SINK = enum.auto()
+    STORE = enum.auto()
+    LOAD = enum.auto()
+    INDEX = enum.auto()
+    RANGE = enum.auto()
+    ENDRANGE = enum.auto()
+    REDUCE = enum.auto()
+    DEFINE_GLOBAL = enum.auto()
+    DEFINE_LOCAL = enum.auto()
+    DEFINE_ACC = enum.auto()
+    SPECIAL = enum.auto()
+    VECTORIZE = enum.auto()
+    GEP = enum.auto()
+    BARRIER = enum.auto()
+    IF = enum.auto()
+    ENDIF = enum.auto()
+    WMMA = enum.auto()
+    NOOP = enum.auto()
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+
+class GroupOp:
+    """Sets of Ops that rules and passes treat alike."""
+
+    Unary = frozenset({Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC})
+    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
+                        Ops.SHL, Ops.SHR})  # fmt: skip
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    ALU = Unary | Binary | Ternary
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+
+
+def _arg_key(arg: Any) -> Any:
+    # 0.0 == -0.0 and True == 1 in Python, but they are different constants to a kernel.
+    if isinstance(arg, float):
+        return ("float", arg.hex())
+    if isinstance(arg, bool):
+        return ("bool", arg)
+    return arg
+
+
+class UOp:
+    """An immutable, interned graph node: building the same (op, dtype, src, arg) twice gives the same object."""
+
+    _interned: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, _arg_key(arg))
+        if (found := UOp._interned.get(key)) is not None:
+            return found
+        node = super().__new__(cls)
+        node.op, node.dtype, node.src, node.arg, node._key = op, dtype, src, arg, key
+        UOp._interned[key] = node
+        return node
+
+    def __reduce__(self):  # pickling rebuilds through __new__ so interning holds
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def replace(self, **changes: Any) -> UOp:
+        """A UOp like this one with some of op, dtype, src, arg changed."""
+        parts = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | changes
+        return UOp(parts["op"], parts["dtype"], tuple(parts["src"]), parts["arg"])
+
+    # ---- walking the graph ----
+
+    def toposort(self) -> list[UOp]:
+        """Every node this one depends on, each after all of its sources, this node last."""
+        order: list[UOp] = []
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in seen:
+                continue
+            if expanded:
+                seen.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+        return order
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """This graph with every node found in `mapping` replaced by its value."""
+        new: dict[UOp, UOp] = {}
+        for node in self.toposort():
+            if node in mapping:
+                new[node] = mapping[node]
+                continue
+            src = tuple(new[s] for s in node.src)
+            new[node] = node if src == node.src else node.replace(src=src)
+        return new[self]
+
+    # ---- building nodes ----
+
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        """A constant of `dtype` (a kernel-level constant, with no device)."""
+        return UOp(Ops.CONST, dtype, (), truncate(dtype.scalar, value) if dtype.count == 1 else value)
+
+    def const_like(self, value: Any) -> UOp:
+        """A constant of this node's dtype."""
+        return UOp.const(self.dtype, value)
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        """An elementwise op on this node and `src`; comparisons give bool, WHERE takes the value dtype."""
+        dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1].dtype if op is Ops.WHERE else self.dtype)
+        return UOp(op, dtype, (self, *src))
+
+    def _binary(self, op: Ops, other: UOp | int | float | bool, reverse: bool = False) -> UOp:
+        other = other if isinstance(other, UOp) else self.const_like(other)
+        return other.alu(op, self) if reverse else self.alu(op, other)
+
+    def __add__(self, x):
+        return self._binary(Ops.ADD, x)
+
+    def __radd__(self, x):
+        return self._binary(Ops.ADD, x, True)
+
+    def __mul__(self, x):
+        return self._binary(Ops.MUL, x)
+
+    def __rmul__(self, x):
+        return self._binary(Ops.MUL, x, True)
+
+    def __neg__(self):
+        return self.alu(Ops.NEG)
+
+    def __sub__(self, x):
+        return self + (-x if isinstance(x, UOp) else self.const_like(-x))
+
+    def __rsub__(self, x):
+        return (-self) + x
+
+    def __floordiv__(self, x):
+        return self._binary(Ops.IDIV, x)
+
+    def __mod__(self, x):
+        return self._binary(Ops.MOD, x)
+
+    def __and__(self, x):
+        return self._binary(Ops.AND, x)
+
+    def __or__(self, x):
+        return self._binary(Ops.OR, x)
+
+    def __xor__(self, x):
+        return self._binary(Ops.XOR, x)
+
+    def __lt__(self, x):
+        return self._binary(Ops.CMPLT, x)
+
+    def __gt__(self, x):
+        return self._binary(Ops.CMPLT, x, True)
+
+    def __ge__(self, x):
+        return self.__lt__(x).logical_not()
+
+    def __le__(self, x):
+        return self.__gt__(x).logical_not()
+
+    __eq__ = object.__eq__  # identity: interning makes structural equality the same thing
+    __hash__ = object.__hash__
+
+    def ne(self, x) -> UOp:
+        return self._binary(Ops.CMPNE, x)
+
+    def eq(self, x) -> UOp:
+        return self.ne(x).logical_not()
+
+    def logical_not(self) -> UOp:
+        return self.ne(True)
+
+    def maximum(self, x) -> UOp:
+        return self._binary(Ops.MAX, x)
+
+    def where(self, x, y) -> UOp:
+        x = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))
+        y = y if isinstance(y, UOp) else x.const_like(y)
+        return self.alu(Ops.WHERE, x, y)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    # ---- facts derived from the graph ----
+
+    @functools.cached_property
+    def shape(self) -> tuple[int, ...] | None:
+        """The shape of a Tensor-level node (None for nodes without one, such as DEVICE)."""
+        return _shape_of(self)
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape) if self.shape is not None else 0
+
+    @functools.cached_property
+    def device(self) -> str | None:
+        """The device a Tensor-level node lives on."""
+        if self.op is Ops.DEVICE:
+            return self.arg
+        if self.op is Ops.COPY:
+            return self.src[1].arg
+        for s in self.src:
+            if (d := s.device) is not None:
+                return d
+        return None
+
+    @property
+    def base(self) -> UOp:
+        """The node under a chain of movement ops."""
+        node = self
+        while node.op in GroupOp.Movement or node.op is Ops.VIEW:
+            node = node.src[0]
+        return node
+
+    def __repr__(self) -> str:
+        return pretty_print(self)
+
+
+def _pad_shape(shape, arg):
+    return tuple(s + before + after for s, (before, after) in zip(shape, arg))
+
+
+# How each Tensor-level op derives its shape from its sources and arg.
+_SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
+    Ops.BUFFER: lambda u: (u.arg,),
+    Ops.CONST: lambda u: (),
+    Ops.RESHAPE: lambda u: tuple(u.arg),
+    Ops.EXPAND: lambda u: tuple(u.arg),
+    Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
+    Ops.PAD: lambda u: _pad_shape(u.src[0].shape, u.arg),
+    Ops.SHRINK: lambda u: tuple(end - start for start, end in u.arg),
+    Ops.FLIP: lambda u: u.src[0].shape,
+    Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
+    Ops.VIEW: lambda u: u.arg.shape,
+    Ops.KERNEL: lambda u: None,
+    Ops.SINK: lambda u: None,
+    Ops.STORE: lambda u: None,
+    Ops.DEVICE: lambda u: None,
+    Ops.UNIQUE: lambda u: None,
+    Ops.DEFINE_GLOBAL: lambda u: None,
+    Ops.RANGE: lambda u: None,
+}
+
+
+def _shape_of(u: UOp) -> tuple[int, ...] | None:
+    if (rule := _SHAPE_RULES.get(u.op)) is not None:
+        return rule(u)
+    # elementwise, COPY, ASSIGN, CONTIGUOUS, DETACH, LOAD, VALID: the shape of the last source that has one
+    for s in reversed(u.src):
+        if s.shape is not None:
+            return s.shape
+    return None
+
+
+def pretty_print(root: UOp, max_nodes: int = 400) -> str:
+    """A readable, indented listing of a graph; a node used more than once is named x0, x1, … and reused."""
+    order = root.toposort()
+    uses: dict[UOp, int] = {}
+    for node in order:
+        for s in node.src:
+            uses[s] = uses.get(s, 0) + 1
+    names: dict[UOp, str] = {}
+    lines: list[str] = []
+
+    def emit(node: UOp, depth: int) -> None:
+        pad, comma = "  " * depth, "," if depth else ""
+        if node in names:
+            lines.append(f"{pad} {names[node]}{comma}")
+            return
+        if len(lines) > max_nodes:
+            lines.append(f"{pad} ...{comma}")
+            return
+        label = ""
+        if uses.get(node, 0) > 1:
+            names[node] = f"x{len(names)}"
+            label = f"{names[node]}:="
+        head = f"{pad}{label}UOp({node.op!r}, {node.dtype!r}, arg={_arg_repr(node.arg)}, src=("
+        if not node.src:
+            lines.append(f"{head})){comma}")
+            return
+        lines.append(head)
+        for s in node.src:
+            emit(s, depth + 1)
+        lines[-1] += f")){comma}"
+
+    emit(root, 0)
+    return "\n".join(lines)
+
+
+def _arg_repr(arg: Any) -> str:
+    if isinstance(arg, float) and (math.isinf(arg) or math.isnan(arg)):
+        return f"float('{arg}')"
+    return repr(arg)
+
+
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite  # noqa: E402,F401  (seed import path)
