@@ -1,0 +1,67 @@
+"""Code generation: kernel AST -> loops and index math -> simplified graph -> linear program -> source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from glassgrad.codegen.linearize import linearize
+from glassgrad.codegen.lowerer import lower_kernel
+from glassgrad.renderer import Renderer
+from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.rewrite import graph_rewrite
+from glassgrad.uop.symbolic import symbolic
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """Everything a device needs to run one kernel: its name, source, and counts for DEBUG output."""
+
+    name: str
+    src: str
+    program: tuple[UOp, ...]
+    global_size: tuple[int, ...]
+    ops: int
+    mem: int
+
+
+def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None) -> UOp:
+    """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
+    sink = graph_rewrite(lower_kernel(ast), symbolic)
+    if renderer is not None and renderer.dialect is not None:
+        sink = graph_rewrite(sink, renderer.dialect)
+    return sink
+
+
+def kernel_name(ast: UOp) -> str:
+    """E_ for elementwise kernels and r_ for reductions, then the loop sizes: E_4, r_16_32."""
+    shape = ast.src[0].src[1].arg.shape
+    reduce_sizes = [node.src[0].shape[a] for node in ast.toposort() if node.op is Ops.REDUCE_AXIS for a in node.arg[1]]
+    prefix = "r" if reduce_sizes else "E"
+    sizes = [s for s in shape if s != 1] + reduce_sizes
+    return f"{prefix}_" + "_".join(str(s) for s in sizes or [1])
+
+
+def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
+    """Arithmetic ops and bytes moved, counting every op once per iteration of the loops around it."""
+    ops = mem = 0
+    trips = 1
+    stack: list[int] = []
+    for u in program:
+        if u.op is Ops.RANGE:
+            stack.append(trips)
+            trips *= u.src[0].arg
+        elif u.op is Ops.ENDRANGE:
+            trips = stack.pop()
+        elif u.op in (Ops.LOAD, Ops.STORE):
+            mem += trips * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
+        elif u.op not in (Ops.CONST, Ops.INDEX, Ops.DEFINE_GLOBAL, Ops.DEFINE_ACC, Ops.CAST):
+            ops += trips
+    return ops, mem
+
+
+def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+    """Lower, simplify, linearize and render one kernel."""
+    program = linearize(full_rewrite_to_sink(ast, renderer))
+    name = kernel_name(ast)
+    ops, mem = count_ops_and_mem(program)
+    return ProgramSpec(name, renderer.render(name, program), tuple(program), (1,), ops, mem)

@@ -1,0 +1,87 @@
+"""Linearizing: a lowered kernel graph becomes a flat program, with loops opened and closed in order."""
+
+from __future__ import annotations
+
+from glassgrad.dtype import dtypes
+from glassgrad.uop.ops import Ops, UOp
+
+
+def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every node, the loop variables its value depends on (a REDUCE no longer depends on its own loops)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for node in sink.toposort():
+        if node.op is Ops.RANGE:
+            deps[node] = frozenset([node])
+            continue
+        inner = frozenset().union(*(deps[s] for s in node.src))
+        deps[node] = inner - frozenset(node.src[1:]) if node.op is Ops.REDUCE else inner
+    return deps
+
+
+class Linearizer:
+    """Emits each node once, after its sources, inside exactly the loops it depends on."""
+
+    def __init__(self, sink: UOp):
+        self.deps = range_deps(sink)
+        self.program: list[UOp] = []
+        self.emitted: dict[UOp, UOp] = {}
+        self.open: set[UOp] = set()
+        self.accumulators = 0
+
+    def emit(self, node: UOp) -> UOp:
+        if node in self.emitted:
+            return self.emitted[node]
+        if node.op is Ops.REDUCE:
+            result = self._emit_reduce(node)
+        else:
+            result = node.replace(src=tuple(self.emit(s) for s in node.src))
+            self.program.append(result)
+        self.emitted[node] = result
+        return result
+
+    def _open_loops(self, ranges: list[UOp]) -> None:
+        for r in ranges:
+            self.program.append(r)
+            self.emitted[r] = r
+            self.open.add(r)
+
+    def _close_loops(self, ranges: list[UOp]) -> None:
+        for r in reversed(ranges):
+            self.program.append(UOp(Ops.ENDRANGE, dtypes.void, (r,)))
+            self.open.discard(r)
+
+    def _emit_ready(self, root: UOp) -> None:
+        """Emit every node under `root` that needs no loop beyond the open ones (loop-invariant code first)."""
+        for node in root.toposort():
+            if node not in self.emitted and node.op is not Ops.RANGE and self.deps[node] <= self.open:
+                self.emit(node)
+
+    def _emit_reduce(self, node: UOp) -> UOp:
+        """acc = identity; for (ranges) { acc = acc op value }; users then read acc."""
+        from glassgrad.codegen.lowerer import reduce_identity
+
+        value, ranges = node.src[0], list(node.src[1:])
+        self._emit_ready(value)
+        acc = UOp(Ops.DEFINE_ACC, node.dtype, (node.const_like(reduce_identity(node.arg, node.dtype)),),
+                  arg=self.accumulators)  # fmt: skip
+        self.accumulators += 1
+        self.program.append(acc)
+        self._open_loops(ranges)
+        self.program.append(UOp(Ops.ASSIGN, node.dtype, (acc, acc.alu(node.arg, self.emit(value)))))
+        self._close_loops(ranges)
+        return acc
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The program for a lowered SINK: buffer definitions, then the output loops around the stores."""
+    lin = Linearizer(sink)
+    for node in sink.toposort():
+        if node.op is Ops.DEFINE_GLOBAL:
+            lin.emit(node)
+    out_ranges = sorted({r for r in lin.deps[sink]}, key=lambda r: r.arg)
+    lin._open_loops(out_ranges)
+    for store in sink.src:
+        lin._emit_ready(store)
+        lin.emit(store)
+    lin._close_loops(out_ranges)
+    return lin.program

@@ -1,0 +1,1 @@
+"""Ties schedule, codegen and runtime together: realize() runs a schedule."""

@@ -1,0 +1,87 @@
+"""realize(): run a schedule's kernels on their devices, with DEBUG output and GlobalCounters."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from glassgrad.codegen import ProgramSpec, get_program
+from glassgrad.engine.counters import GlobalCounters
+from glassgrad.helpers import DEBUG, colored
+from glassgrad.runtime.device import Buffer, Device, Program
+from glassgrad.schedule import ScheduleItem
+from glassgrad.uop.ops import Ops, UOp
+
+# The memory behind each BUFFER node lives exactly as long as the node does.
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def buffer_of(node: UOp) -> Buffer:
+    """The Buffer of a BUFFER node (allocated lazily)."""
+    if (found := _buffers.get(node)) is None:
+        found = _buffers[node] = Buffer(node.device, node.arg, node.dtype)
+    return found
+
+
+class CompiledKernel:
+    """A program ready to run on one device, with what DEBUG prints about it."""
+
+    def __init__(self, device: str, spec: ProgramSpec, program: Program):
+        self.device, self.spec, self.program = device, spec, program
+
+    def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
+        return self.program(*(b.handle for b in bufs), global_size=self.spec.global_size, wait=wait)
+
+
+_kernels: dict[tuple[str, UOp], CompiledKernel] = {}
+
+
+def get_kernel(device: str, ast: UOp) -> CompiledKernel:
+    """Compile an AST for a device once per process (the source is also cached on disk by the compiler)."""
+    key = (device, ast)
+    if key not in _kernels:
+        dev = Device[device]
+        spec = get_program(ast, dev.renderer)
+        if DEBUG >= 3:
+            print(spec.src)
+        _kernels[key] = CompiledKernel(device, spec, dev.load(spec.name, spec.src))
+    return _kernels[key]
+
+
+def run_copy(dst: Buffer, src: Buffer) -> None:
+    dst.copyin(src.as_bytes())
+
+
+def run_schedule(schedule: list[ScheduleItem]) -> None:
+    """Run each item in order: copies move bytes, kernels run compiled programs."""
+    for item in schedule:
+        bufs = [buffer_of(b).ensure_allocated() for b in item.bufs]
+        if item.ast.op is Ops.COPY:
+            run_copy(bufs[0], bufs[1])
+            if DEBUG >= 2:
+                print(f"{colored('copy', 'yellow')} {bufs[0].nbytes:>10} bytes {bufs[1].device} -> {bufs[0].device}")
+            continue
+        kernel = get_kernel(bufs[0].device, item.ast)
+        seconds = kernel(bufs, wait=DEBUG >= 2)
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += kernel.spec.ops
+        GlobalCounters.global_mem += kernel.spec.mem
+        if seconds is not None:
+            GlobalCounters.time_sum_s += seconds
+            _print_kernel_line(kernel, seconds)
+
+
+def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
+    spec = kernel.spec
+    gflops = spec.ops / seconds / 1e9 if seconds > 0 else 0.0
+    gbs = spec.mem / seconds / 1e9 if seconds > 0 else 0.0
+    name = colored(f"{spec.name:<24}", "blue" if spec.name.startswith("E") else "red")
+    print(f"*** {kernel.device:<7} {GlobalCounters.kernel_count:4d} {name} tm {seconds * 1e6:9.2f}us "
+          f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")  # fmt: skip
+
+
+def timed_realize_summary(start: float, kernels_before: int) -> None:
+    if DEBUG >= 1:
+        ran = GlobalCounters.kernel_count - kernels_before
+        print(f"realize: {ran} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms, "
+              f"{GlobalCounters.mem_used / 1e6:.2f} MB in use")  # fmt: skip

@@ -1,0 +1,230 @@
+"""The C-style renderer: a linear program becomes a C function; other C dialects (CUDA) subclass it."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from glassgrad.dtype import DType, PtrDType, dtypes
+from glassgrad.renderer import Renderer
+from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat
+
+SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+
+def _compute_in_float(x: UOp) -> UOp | None:
+    """half and bfloat16 math runs in float32, rounded back after every op (as PyTorch's CPU does)."""
+    if x.dtype not in SMALL_FLOATS or x.op in (Ops.CAST, Ops.BITCAST):
+        return None
+    src = tuple(s.cast(dtypes.float32) if s.dtype in SMALL_FLOATS else s for s in x.src)
+    dtype = dtypes.bool if x.op in GroupOp.Comparison else dtypes.float32
+    return UOp(x.op, dtype, src, x.arg).cast(x.dtype)
+
+
+def _compare_in_float(x: UOp) -> UOp | None:
+    if not any(s.dtype in SMALL_FLOATS for s in x.src):
+        return None
+    return x.replace(src=tuple(s.cast(dtypes.float32) if s.dtype in SMALL_FLOATS else s for s in x.src))
+
+
+small_float_math = PatternMatcher([
+    (UPat(GroupOp.ALU - GroupOp.Comparison, dtype=SMALL_FLOATS, name="x"), _compute_in_float),
+    (UPat(GroupOp.Comparison, name="x"), _compare_in_float),
+])  # fmt: skip
+
+
+class CStyleRenderer(Renderer):
+    """Renders loops, loads, stores and math as C; subclasses change the names and a few forms."""
+
+    kernel_prefix = "void"
+    buffer_prefix = ""
+    restrict = "restrict"
+    type_names: dict[DType, str] = {
+        dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+        dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
+        dtypes.bfloat16: "unsigned short", dtypes.float32: "float", dtypes.float64: "double",
+    }  # fmt: skip
+    dialect = small_float_math
+
+    # math functions by dtype: (float name, double name)
+    float_functions = {Ops.EXP2: ("exp2f", "exp2"), Ops.LOG2: ("log2f", "log2"), Ops.SIN: ("sinf", "sin"),
+                       Ops.SQRT: ("sqrtf", "sqrt"), Ops.TRUNC: ("truncf", "trunc")}  # fmt: skip
+
+    infix: dict[Ops, str] = {
+        Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+        Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>",
+    }  # fmt: skip
+
+    def type_name(self, dtype: DType) -> str:
+        if isinstance(dtype, PtrDType):
+            return f"{self.type_name(dtype.base)}*"
+        return self.type_names[dtype]
+
+    def render_const(self, value, dtype: DType) -> str:
+        if dtype == dtypes.bool:
+            return "1" if value else "0"
+        if dtypes.is_float(dtype):
+            if math.isnan(value):
+                text = "NAN"
+            elif math.isinf(value):
+                text = "INFINITY" if value > 0 else "(-INFINITY)"
+            else:
+                text = repr(float(value)) + ("" if dtype == dtypes.float64 else "f")
+            return text if dtype in (dtypes.float32, dtypes.float64) else f"(({self.type_name(dtype)}){text})"
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dtype, "")
+        if dtype == dtypes.int32 and value == -(2**31):
+            return "(-2147483647-1)"
+        if dtype == dtypes.int64 and value == -(2**63):
+            return "(-9223372036854775807ll-1)"
+        return f"{value}{suffix}"
+
+    def render_cast(self, x: str, src: DType, dst: DType) -> str:
+        if dst == dtypes.bfloat16:
+            return f"gg_f2bf((float)({x}))"
+        if src == dtypes.bfloat16:
+            return f"(({self.type_name(dst)})gg_bf2f({x}))"
+        return f"(({self.type_name(dst)})({x}))"
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        return f"({{ union {{ {self.type_name(src)} a; {self.type_name(dst)} b; }} u_ = {{ .a = {x} }}; u_.b; }})"
+
+    def render_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
+        """The C expression of one elementwise op."""
+        if op in self.float_functions:
+            return f"{self.float_functions[op][dtype == dtypes.float64]}({args[0]})"
+        if op is Ops.NEG:
+            return f"(!{args[0]})" if dtype == dtypes.bool else f"(-{args[0]})"
+        if op is Ops.RECIP:
+            return f"({self.render_const(1.0, dtype)}/{args[0]})"
+        if op is Ops.MAX:
+            return f"gg_max_{self._fn_suffix(dtype)}({args[0]}, {args[1]})"
+        if op is Ops.WHERE:
+            return f"({args[0]}?{args[1]}:{args[2]})"
+        if op is Ops.MULACC:
+            return f"(({args[0]}*{args[1]})+{args[2]})"
+        if op is Ops.IDIV and dtypes.is_int(dtype) and src[1].op is not Ops.CONST:
+            return f"({args[1]}?{args[0]}/{args[1]}:0)"  # integer division by zero gives 0, not a crash
+        if op is Ops.MOD and dtypes.is_int(dtype) and src[1].op is not Ops.CONST:
+            return f"({args[1]}?{args[0]}%{args[1]}:0)"
+        if op is Ops.CMPNE and dtype == dtypes.bool and src[0].dtype == dtypes.bool:
+            return f"({args[0]}!={args[1]})"
+        return f"({args[0]}{self.infix[op]}{args[1]})"
+
+    def _fn_suffix(self, dtype: DType) -> str:
+        return self.type_name(dtype).replace(" ", "_")
+
+    def prelude(self, program: list[UOp]) -> list[str]:
+        """Helper functions the kernel uses (max with NaN propagation, bfloat16 conversions)."""
+        lines = ["#include <math.h>"]
+        for dtype in sorted({u.dtype for u in program if u.op is Ops.MAX}, key=lambda d: d.priority):
+            t, f = self.type_name(dtype), self._fn_suffix(dtype)
+            nan_check = "a != a || " if dtypes.is_float(dtype) else ""
+            lines.append(f"static inline {t} gg_max_{f}({t} a, {t} b) {{ return ({nan_check}a > b) ? a : b; }}")
+        if any(u.dtype == dtypes.bfloat16 or any(s.dtype == dtypes.bfloat16 for s in u.src) for u in program):
+            lines += [
+                "static inline float gg_bf2f(unsigned short x) { union { unsigned int u; float f; } v;"
+                " v.u = (unsigned int)x << 16; return v.f; }",
+                "static inline unsigned short gg_f2bf(float f) { union { float f; unsigned int u; } v; v.f = f;"
+                " if (f != f) return 0x7fc0; return (unsigned short)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16); }",
+            ]
+        return lines
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        """The whole C source of one kernel."""
+        return "\n".join(self.prelude(program) + [CKernelWriter(self, program).write(name)]) + "\n"
+
+
+class CKernelWriter:
+    """Walks a linear program once, naming values and writing statements."""
+
+    def __init__(self, renderer: CStyleRenderer, program: list[UOp]):
+        self.r, self.program = renderer, program
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.counts: dict[str, int] = {}
+        self.uses: dict[UOp, int] = {}
+        for u in program:
+            for s in u.src:
+                self.uses[s] = self.uses.get(s, 0) + 1
+
+    def fresh(self, prefix: str) -> str:
+        n = self.counts.get(prefix, 0)
+        self.counts[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def index(self, u: UOp) -> tuple[str, str | None]:
+        """The address expression of an INDEX and its guard, if any."""
+        buf, idx = self.names[u.src[0]], self.names[u.src[1]]
+        gate = self.names[u.src[2]] if len(u.src) > 2 else None
+        return f"*({buf}+{idx})", gate
+
+    def write(self, name: str) -> str:
+        handlers: dict[Ops, Callable[[UOp], None]] = {
+            Ops.DEFINE_GLOBAL: self.define_global, Ops.CONST: self.const, Ops.RANGE: self.range,
+            Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load, Ops.STORE: self.store,
+            Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign,
+        }  # fmt: skip
+        self.params: list[str] = []
+        for u in self.program:
+            handlers.get(u.op, self.alu)(u)
+        return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
+
+    def define_global(self, u: UOp) -> None:
+        self.names[u] = f"data{u.arg}"
+        self.params.append(f"{self.r.buffer_prefix}{self.r.type_name(u.dtype)} {self.r.restrict} data{u.arg}")
+
+    def const(self, u: UOp) -> None:
+        self.names[u] = self.r.render_const(u.arg, u.dtype)
+
+    def range(self, u: UOp) -> None:
+        name = self.names[u] = f"ridx{u.arg}"
+        self.line(f"for (int {name} = 0; {name} < {self.names[u.src[0]]}; {name}++) {{")
+        self.depth += 1
+
+    def endrange(self, u: UOp) -> None:
+        self.depth -= 1
+        self.line("}")
+
+    def load(self, u: UOp) -> None:
+        address, gate = self.index(u.src[0])
+        value = address if gate is None else f"({gate}?{address}:{self.r.render_const(0, u.dtype)})"
+        name = self.names[u] = self.fresh("val")
+        self.line(f"{self.r.type_name(u.dtype)} {name} = {value};")
+
+    def store(self, u: UOp) -> None:
+        address, gate = self.index(u.src[0])
+        statement = f"{address} = {self.names[u.src[1]]};"
+        self.line(statement if gate is None else f"if ({gate}) {statement}")
+
+    def define_acc(self, u: UOp) -> None:
+        name = self.names[u] = self.fresh("acc")
+        self.line(f"{self.r.type_name(u.dtype)} {name} = {self.names[u.src[0]]};")
+
+    def assign(self, u: UOp) -> None:
+        self.line(f"{self.names[u.src[0]]} = {self.names[u.src[1]]};")
+
+    def alu(self, u: UOp) -> None:
+        args = [self.names[s] for s in u.src]
+        if u.op is Ops.CAST:
+            expr = self.r.render_cast(args[0], u.src[0].dtype, u.dtype)
+        elif u.op is Ops.BITCAST:
+            expr = self.r.render_bitcast(args[0], u.src[0].dtype, u.dtype)
+        else:
+            expr = self.r.render_alu(u.op, u.dtype, args, u.src)
+        if self.uses.get(u, 0) <= 1:
+            self.names[u] = expr
+            return
+        name = self.names[u] = self.fresh("alu")
+        self.line(f"{self.r.type_name(u.dtype)} {name} = {expr};")
+
+
+class CRenderer(CStyleRenderer):
+    """Plain C for the CPU device, compiled by gcc or clang."""
+
+    device = "CPU"

@@ -1,0 +1,199 @@
+"""Devices as plug-ins: each is an Allocator, a Renderer, a Compiler and a Program, found by name."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from glassgrad.dtype import DType
+from glassgrad.helpers import cache_dir, getenv
+
+
+class Allocator:
+    """Owns device memory: alloc, free, copyin (host -> device), copyout (device -> host)."""
+
+    def alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, handle: Any, nbytes: int) -> None:
+        pass
+
+    def copyin(self, dest: Any, src: memoryview) -> None:
+        raise NotImplementedError
+
+    def copyout(self, dest: memoryview, src: Any) -> None:
+        raise NotImplementedError
+
+
+class Compiler:
+    """Turns source text into a loadable binary; results are cached on disk by a hash of source and flags."""
+
+    cache_key: str = "none"  # changes whenever the flags or compiler change
+
+    def compile(self, src: str) -> bytes:
+        raise NotImplementedError
+
+    def compile_cached(self, src: str) -> bytes:
+        if getenv("DISABLE_COMPILER_CACHE", 0):
+            return self.compile(src)
+        digest = hashlib.sha256(f"{type(self).__name__}\0{self.cache_key}\0{src}".encode()).hexdigest()
+        path = cache_dir() / "compiled" / digest[:2] / digest
+        if path.exists():
+            return path.read_bytes()
+        binary = self.compile(src)
+        _write_atomically(path, binary)
+        return binary
+
+
+def _write_atomically(path: pathlib.Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class Program:
+    """A loaded kernel: call it with buffers (and loop bounds for threads) to run it; returns seconds if timed."""
+
+    def __init__(self, name: str, binary: bytes):
+        self.name, self.binary = name, binary
+
+    def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] = (1,),
+                 wait: bool = False) -> float | None:  # fmt: skip
+        raise NotImplementedError
+
+
+@dataclass
+class Compiled:
+    """One device: its name and its four pieces."""
+
+    name: str
+    allocator: Allocator
+    renderer: Any  # glassgrad.renderer.Renderer
+    compiler: Compiler
+    program: type[Program]
+    programs: dict[str, Program] = field(default_factory=dict)  # loaded programs, by source
+
+    def load(self, name: str, src: str) -> Program:
+        """Compile (through the disk cache) and load a kernel's source, once per process."""
+        if (found := self.programs.get(src)) is None:
+            found = self.programs[src] = self.program(name, self.compiler.compile_cached(src))
+        return found
+
+    def supports(self, dtype: DType) -> bool:
+        return self.renderer.supports(dtype)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _DeviceRegistry:
+    """`Device["CPU"]` finds and opens a device; `Device.DEFAULT` is where new tensors go."""
+
+    def __init__(self):
+        self._opened: dict[str, Compiled] = {}
+        self._default: str | None = None
+
+    @staticmethod
+    def canonicalize(name: str) -> str:
+        """'cpu' -> 'CPU', 'cuda:0' -> 'CUDA' (device 0 has no suffix), 'CUDA:1' stays."""
+        base, _, index = name.partition(":")
+        base = base.upper()
+        return base if index in ("", "0") else f"{base}:{index}"
+
+    def __getitem__(self, name: str) -> Compiled:
+        name = self.canonicalize(name)
+        if name not in self._opened:
+            base = name.split(":")[0]
+            try:
+                module = importlib.import_module(f"glassgrad.runtime.ops_{base.lower()}")
+            except ModuleNotFoundError:
+                raise ValueError(f"unknown device {name!r}; glassgrad has: {', '.join(available_devices())}") from None
+            self._opened[name] = getattr(module, f"{base.capitalize()}Device")(name)
+        return self._opened[name]
+
+    @property
+    def DEFAULT(self) -> str:
+        if self._default is None:
+            self._default = _default_from_env()
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:
+        self._default = self.canonicalize(name)
+
+
+def available_devices() -> list[str]:
+    here = pathlib.Path(__file__).parent
+    return sorted(p.stem[4:].upper() for p in here.glob("ops_*.py"))
+
+
+def _default_from_env() -> str:
+    if name := os.environ.get("DEV"):
+        return _DeviceRegistry.canonicalize(name)
+    for name in available_devices():
+        if getenv(name, 0):
+            return name
+    return "CPU"
+
+
+Device = _DeviceRegistry()
+
+
+class Buffer:
+    """A span of device memory holding `size` elements of `dtype`; allocated on first use."""
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        self.device, self.size, self.dtype = device, size, dtype
+        self._handle: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def allocated(self) -> bool:
+        return self._handle is not None
+
+    def ensure_allocated(self) -> Buffer:
+        if self._handle is None:
+            from glassgrad.engine.counters import GlobalCounters
+
+            self._handle = Device[self.device].allocator.alloc(self.nbytes)
+            GlobalCounters.mem_used += self.nbytes
+        return self
+
+    @property
+    def handle(self) -> Any:
+        return self.ensure_allocated()._handle
+
+    def copyin(self, data: memoryview | bytes | bytearray) -> Buffer:
+        data = memoryview(data).cast("B")
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"copyin: got {data.nbytes} bytes for a buffer of {self.nbytes}")
+        Device[self.device].allocator.copyin(self.handle, data)
+        return self
+
+    def as_bytes(self) -> bytearray:
+        """A host copy of the whole buffer."""
+        out = bytearray(self.nbytes)
+        if self.nbytes:
+            Device[self.device].allocator.copyout(memoryview(out), self.handle)
+        return out
+
+    def __del__(self):
+        if self._handle is not None:
+            try:
+                from glassgrad.engine.counters import GlobalCounters
+
+                GlobalCounters.mem_used -= self.nbytes
+                Device[self.device].allocator.free(self._handle, self.nbytes)
+            except Exception:  # interpreter shutdown: modules may already be gone
+                pass
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.device} {self.size} {self.dtype}>"

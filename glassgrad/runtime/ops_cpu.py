@@ -1,0 +1,90 @@
+"""The CPU device: C source compiled by the machine's C compiler into a shared library, run through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from glassgrad.renderer.cstyle import CRenderer
+from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
+
+ALIGN = 64  # bytes: room for the widest vector loads
+
+
+class CPUAllocator(Allocator):
+    """Host memory from ctypes arrays, aligned to 64 bytes; the array object keeps it alive."""
+
+    def alloc(self, nbytes: int) -> tuple[ctypes.Array, int]:
+        raw = (ctypes.c_uint8 * (nbytes + ALIGN))()
+        address = ctypes.addressof(raw)
+        return raw, address + (-address % ALIGN)
+
+    def copyin(self, dest: tuple[ctypes.Array, int], src: memoryview) -> None:
+        ctypes.memmove(dest[1], (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else
+                       (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)  # fmt: skip
+
+    def copyout(self, dest: memoryview, src: tuple[ctypes.Array, int]) -> None:
+        ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src[1], dest.nbytes)
+
+
+def find_c_compiler() -> str:
+    """$CC if set, else the first of clang, gcc, cc found on PATH."""
+    if cc := os.environ.get("CC"):
+        return cc
+    for name in ("gcc", "clang", "cc"):
+        if shutil.which(name):
+            return name
+    raise RuntimeError(
+        "the CPU device needs a C compiler, but none of gcc, clang or cc is on PATH; "
+        "install one (apt-get install gcc) or set CC=/path/to/compiler"
+    )
+
+
+class CCompiler(Compiler):
+    """C -> shared library bytes."""
+
+    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-std=gnu11", "-lm"]
+
+    def __init__(self):
+        self.cc = find_c_compiler()
+        self.cache_key = f"{self.cc} {' '.join(self.flags)}"
+
+    def compile(self, src: str) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "kernel.so")
+            try:
+                done = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out], input=src.encode(),
+                                      capture_output=True)  # fmt: skip
+            except FileNotFoundError:
+                raise RuntimeError(f"C compiler {self.cc!r} not found; install gcc or set CC to a compiler") from None
+            if done.returncode != 0:
+                raise RuntimeError(f"{self.cc} failed to compile a kernel:\n{done.stderr.decode()}\n--- source ---\n{src}")
+            with open(out, "rb") as f:
+                return f.read()
+
+
+class CPUProgram(Program):
+    """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs)."""
+
+    def __init__(self, name: str, binary: bytes):
+        super().__init__(name, binary)
+        with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f:
+            f.write(binary)
+        self.lib = ctypes.CDLL(f.name)
+        os.unlink(f.name)
+        self.fn = getattr(self.lib, name)
+        self.fn.restype = None
+
+    def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait: bool = False) -> float | None:
+        start = time.perf_counter() if wait else 0.0
+        self.fn(*(ctypes.c_void_p(b[1]) for b in bufs))
+        return time.perf_counter() - start if wait else None
+
+
+class CpuDevice(Compiled):
+    def __init__(self, name: str):
+        super().__init__(name, CPUAllocator(), CRenderer(), CCompiler(), CPUProgram)

@@ -1,0 +1,235 @@
+"""Kernelize: decide which nodes of a Tensor graph become buffers and turn each into one kernel.
+
+A node becomes a buffer ("is realized") when a user asks for it, when it is CONTIGUOUS, COPY or ASSIGN,
+or when fusing it would repeat work: a reduction whose result is broadcast (expanded) or read by two kernels.
+Everything else fuses into the kernel of the realized node above it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from glassgrad.dtype import dtypes
+from glassgrad.helpers import prod
+from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
+from glassgrad.uop.view import ShapeTracker
+
+_unique_ids = itertools.count(1 << 20)
+
+
+def new_buffer(device: str, size: int, dtype) -> UOp:
+    """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
+    unique = UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
+    return UOp(Ops.BUFFER, dtype, (unique, UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The arg of a KERNEL node: the AST the kernel computes."""
+
+    ast: UOp
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.ast.op.name}>"
+
+
+def is_realized(node: UOp) -> bool:
+    """A node whose data already exists, or will once its kernel runs."""
+    return node.op is Ops.BUFFER or (node.op is Ops.ASSIGN and node.src[1].op is Ops.KERNEL)
+
+
+def is_view_of_buffer(node: UOp) -> bool:
+    return node.op in GroupOp.Movement and is_realized(node.base) or is_realized(node)
+
+
+def _is_whole_buffer(node: UOp) -> bool:
+    """A node that is exactly a realized buffer's data in order (a COPY can move it as it is)."""
+    return is_view_of_buffer(node) and chain_view(node).contiguous and node.size == node.base.size
+
+
+def _grows(node: UOp) -> bool:
+    return node.op is Ops.EXPAND and prod(node.arg) > prod(node.src[0].shape)
+
+
+def find_realize_points(roots: list[UOp]) -> list[UOp]:
+    """The nodes that get their own buffer, in an order where each comes after the ones it reads."""
+    points: dict[UOp, None] = {}
+
+    def add(node: UOp) -> None:
+        while node.op is Ops.DETACH:
+            node = node.src[0]
+        if not is_view_of_buffer(node):
+            points[node] = None
+
+    for root in roots:
+        add(root)
+    for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort():
+        if is_realized(node):
+            continue
+        if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
+            add(node)
+        if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]):
+            add(node.src[0])
+        if node.op is Ops.ASSIGN and _reads_target_elsewhere(node):
+            add(node.src[1])
+    # Reductions that would be recomputed when fused get their own buffer; repeat until nothing changes.
+    changed = True
+    while changed:
+        changed = False
+        readers: dict[UOp, set[UOp]] = {}
+        for point in list(points):
+            for reduce_node, expanded in _reductions_read_by(point, points):
+                readers.setdefault(reduce_node, set()).add(point)
+                if expanded and reduce_node not in points:
+                    points[reduce_node], changed = None, True
+        for reduce_node, users in readers.items():
+            if len(users) > 1 and reduce_node not in points:
+                points[reduce_node], changed = None, True
+    order = {node: i for i, node in enumerate(UOp(Ops.SINK, dtypes.void, tuple(points)).toposort())}
+    return sorted(points, key=order.__getitem__)
+
+
+def _kernel_sources(point: UOp) -> tuple[UOp, ...]:
+    if point.op is Ops.ASSIGN:
+        return (point.src[1],)
+    if point.op is Ops.CONTIGUOUS:
+        return point.src
+    return (point,)
+
+
+def _reductions_read_by(point: UOp, points: dict[UOp, None]) -> list[tuple[UOp, bool]]:
+    """Every REDUCE_AXIS inside the kernel of `point`, and whether it is read through an EXPAND."""
+    found: list[tuple[UOp, bool]] = []
+    seen: set[tuple[UOp, bool]] = set()
+    stack = [(s, False) for s in _kernel_sources(point)]
+    if point.op is Ops.REDUCE_AXIS:
+        stack = [(s, False) for s in point.src]
+    while stack:
+        node, expanded = stack.pop()
+        if (node, expanded) in seen or is_realized(node) or node.op is Ops.COPY:
+            continue
+        seen.add((node, expanded))
+        if node in points and node is not point:
+            continue
+        if node.op is Ops.REDUCE_AXIS:
+            found.append((node, expanded))
+        stack.extend((s, expanded or _grows(node)) for s in node.src)
+    return found
+
+
+def _reads_target_elsewhere(assign: UOp) -> bool:
+    """An assign whose value reads its own target through another view must compute the value first."""
+    target = assign.src[0]
+    for node in assign.src[1].toposort():
+        if any(s.base is target.base and s is not target for s in node.src if s.op is not Ops.DEVICE):
+            if node.op not in GroupOp.Movement:
+                return True
+    return False
+
+
+# ---- building one kernel's AST ----
+
+
+def _load(ctx: dict[UOp, int], node: UOp) -> UOp:
+    """A realized input becomes a LOAD from the next DEFINE_GLOBAL, seen through a contiguous view."""
+    buffer = node if node.op is Ops.BUFFER else node.src[0]
+    ctx.setdefault(node, len(ctx) + 1)
+    glob = UOp(Ops.DEFINE_GLOBAL, buffer.dtype.ptr(buffer.arg), (), ctx[node])
+    view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape((buffer.arg,)))
+    return UOp(Ops.LOAD, buffer.dtype, (glob, view))
+
+
+def _apply_movement(st: ShapeTracker, mv: UOp) -> ShapeTracker:
+    return getattr(st, mv.op.name.lower())(mv.arg)
+
+
+def chain_view(node: UOp) -> ShapeTracker:
+    """The ShapeTracker of a chain of movement ops over a buffer, as seen from the buffer's flat data."""
+    if node.op not in GroupOp.Movement:
+        return ShapeTracker.from_shape(node.shape)
+    return _apply_movement(chain_view(node.src[0]), node)
+
+
+def _view_of(x: UOp, mv: UOp) -> UOp:
+    return UOp(Ops.VIEW, x.dtype, (x,), _apply_movement(ShapeTracker.from_shape(x.shape), mv))
+
+
+def _move_view(v: UOp, mv: UOp) -> UOp:
+    return v.replace(arg=_apply_movement(v.arg, mv))
+
+
+def _move_load(ld: UOp, mv: UOp) -> UOp:
+    glob, view = ld.src
+    return ld.replace(src=(glob, _move_view(view, mv)))
+
+
+# Movement ops collapse into the ShapeTracker of a VIEW; views on loads and constants need no VIEW node.
+fold_movement = PatternMatcher([
+    (UPat(GroupOp.Movement, src=(UPat(Ops.LOAD, name="ld"),), name="mv"), _move_load),
+    (UPat(GroupOp.Movement, src=(UPat(Ops.VIEW, src=(UPat(),), name="v"),), name="mv"), _move_view),
+    (UPat(GroupOp.Movement, src=(UPat(),), name="mv"), lambda mv: _view_of(mv.src[0], mv)),
+    # a view of a constant is the constant, unless padding masks part of it
+    (UPat(Ops.VIEW, src=(UPat(Ops.CONST, name="c"),), name="v"),
+     lambda v, c: c if all(view.mask is None for view in v.arg.views) else None),
+    # a view that changes nothing is no view
+    (UPat(Ops.VIEW, src=(UPat(name="x"),), name="v"),
+     lambda v, x: x if v.arg.contiguous and v.arg.shape == x.shape else None),
+])  # fmt: skip
+
+
+def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
+    """The value graph of a kernel with realized inputs as LOADs and Tensor-level nodes made kernel-level."""
+    done: dict[UOp, UOp] = {}
+    for node in value.toposort():
+        if is_realized(node):
+            done[node] = _load(inputs, node)
+        elif node.op is Ops.CONST:
+            done[node] = UOp.const(node.dtype, node.arg)
+        elif node.op in (Ops.DETACH, Ops.CONTIGUOUS):
+            done[node] = done[node.src[0]]
+        elif node.op is not Ops.DEVICE:
+            done[node] = node.replace(src=tuple(done[s] for s in node.src))
+    return graph_rewrite(done[value], fold_movement)
+
+
+def _kernel(out: UOp, sources: list[UOp], ast: UOp) -> UOp:
+    """ASSIGN(buffer, KERNEL(out, *sources)); `out` may be the ASSIGN that last wrote the buffer (an ordering)."""
+    kernel = UOp(Ops.KERNEL, dtypes.void, (out, *sources), Kernel(ast))
+    return UOp(Ops.ASSIGN, out.dtype, (out if out.op is Ops.BUFFER else out.src[0], kernel))
+
+
+def build_kernel(point: UOp) -> UOp:
+    """The ASSIGN(BUFFER, KERNEL) that computes `point`, whose realized inputs are BUFFER or ASSIGN nodes."""
+    if point.op is Ops.COPY:
+        out = new_buffer(point.device, point.size, point.dtype)
+        return _kernel(out, [point.src[0].base], point)
+    if point.op is Ops.ASSIGN:
+        target, value = point.src
+        out, store_st = target.base, chain_view(target)
+    else:
+        value = point.src[0] if point.op is Ops.CONTIGUOUS else point
+        out, store_st = new_buffer(point.device, point.size, point.dtype), ShapeTracker.from_shape(point.shape)
+    inputs: dict[UOp, int] = {}
+    ast_value = _to_ast(value, inputs)
+    out_buffer = out if out.op is Ops.BUFFER else out.src[0]
+    glob = UOp(Ops.DEFINE_GLOBAL, out.dtype.ptr(out_buffer.arg), (), 0)
+    store = UOp(Ops.STORE, dtypes.void, (glob, UOp(Ops.VIEW, dtypes.void, (), store_st), ast_value))
+    return _kernel(out, list(inputs), UOp(Ops.SINK, dtypes.void, (store,)))
+
+
+def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
+    """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
+    replaced: dict[UOp, UOp] = {}
+    for point in find_realize_points(roots):
+        point_now = point.substitute(replaced) if replaced else point
+        assign = build_kernel(point_now)
+        if point.op is Ops.ASSIGN:
+            target = point_now.src[0]
+            replaced[point] = target.substitute({target.base: assign})
+        elif point.shape == assign.shape:
+            replaced[point] = assign
+        else:
+            replaced[point] = UOp(Ops.RESHAPE, assign.dtype, (assign,), point.shape)
+    return replaced
