@@ -41,6 +41,7 @@ class Linearizer:
 
     def _open_loops(self, ranges: list[UOp]) -> None:
         for r in ranges:
+            self.emit(r.src[0])
             self.program.append(r)
             self.emitted[r] = r
             self.open.add(r)
@@ -62,12 +63,13 @@ class Linearizer:
 
         value, ranges = node.src[0], list(node.src[1:])
         self._emit_ready(value)
-        acc = UOp(Ops.DEFINE_ACC, node.dtype, (node.const_like(reduce_identity(node.arg, node.dtype)),),
-                  arg=self.accumulators)  # fmt: skip
+        init = self.emit(node.const_like(reduce_identity(node.arg, node.dtype)))
+        acc = UOp(Ops.DEFINE_ACC, node.dtype, (init,), arg=self.accumulators)
         self.accumulators += 1
         self.program.append(acc)
         self._open_loops(ranges)
-        self.program.append(UOp(Ops.ASSIGN, node.dtype, (acc, acc.alu(node.arg, self.emit(value)))))
+        update = acc.alu(node.arg, self.emit(value))
+        self.program += [update, UOp(Ops.ASSIGN, node.dtype, (acc, update))]
         self._close_loops(ranges)
         return acc
 

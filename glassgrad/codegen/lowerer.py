@@ -41,6 +41,8 @@ class Lowerer:
     def _lower(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         if node.op is Ops.CONST:
             return node
+        if node.op is Ops.ARANGE:
+            return idxs[0]
         if node.op is Ops.LOAD:
             buf, view = node.src
             return load(buf, *view.arg.to_indexed(list(idxs)))

@@ -170,28 +170,33 @@ fold_movement = PatternMatcher([
     (UPat(GroupOp.Movement, src=(UPat(Ops.LOAD, name="ld"),), name="mv"), _move_load),
     (UPat(GroupOp.Movement, src=(UPat(Ops.VIEW, src=(UPat(),), name="v"),), name="mv"), _move_view),
     (UPat(GroupOp.Movement, src=(UPat(),), name="mv"), lambda mv: _view_of(mv.src[0], mv)),
-    # a view of a constant is the constant, unless padding masks part of it
-    (UPat(Ops.VIEW, src=(UPat(Ops.CONST, name="c"),), name="v"),
-     lambda v, c: c if all(view.mask is None for view in v.arg.views) else None),
     # a view that changes nothing is no view
     (UPat(Ops.VIEW, src=(UPat(name="x"),), name="v"),
      lambda v, x: x if v.arg.contiguous and v.arg.shape == x.shape else None),
+])  # fmt: skip
+
+# Once every view is folded: a constant looks the same from every index, unless padding masks part of it.
+drop_const_views = PatternMatcher([
+    (UPat(Ops.VIEW, src=(UPat((Ops.CONST,), name="c"),), name="v"),
+     lambda v, c: c if all(view.mask is None for view in v.arg.views) else None),
 ])  # fmt: skip
 
 
 def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
     """The value graph of a kernel with realized inputs as LOADs and Tensor-level nodes made kernel-level."""
     done: dict[UOp, UOp] = {}
-    for node in value.toposort():
+    for node in value.toposort(enter=lambda n: not is_realized(n)):
         if is_realized(node):
             done[node] = _load(inputs, node)
         elif node.op is Ops.CONST:
             done[node] = UOp.const(node.dtype, node.arg)
+        elif node.op is Ops.ARANGE:
+            done[node] = UOp(Ops.ARANGE, node.dtype, (), node.arg)
         elif node.op in (Ops.DETACH, Ops.CONTIGUOUS):
             done[node] = done[node.src[0]]
         elif node.op is not Ops.DEVICE:
             done[node] = node.replace(src=tuple(done[s] for s in node.src))
-    return graph_rewrite(done[value], fold_movement)
+    return graph_rewrite(graph_rewrite(done[value], fold_movement), drop_const_views)
 
 
 def _kernel(out: UOp, sources: list[UOp], ast: UOp) -> UOp:

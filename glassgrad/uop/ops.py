@@ -26,6 +26,7 @@ class Ops(enum.Enum):
     DETACH = enum.auto()
     VIEW = enum.auto()
     VALID = enum.auto()
+    ARANGE = enum.auto()  # the index of each element, 0 .. n-1: the one source of position-dependent values
     KERNEL = enum.auto()
     # elementwise, one input
     NEG = enum.auto()
@@ -134,8 +135,10 @@ class UOp:
 
     # ---- walking the graph ----
 
-    def toposort(self) -> list[UOp]:
-        """Every node this one depends on, each after all of its sources, this node last."""
+    def toposort(self, enter: Callable[[UOp], bool] | None = None) -> list[UOp]:
+        """Every node this one depends on, each after all of its sources, this node last.
+
+        Where `enter(node)` is False the node is listed but its sources are not visited."""
         order: list[UOp] = []
         seen: set[UOp] = set()
         stack: list[tuple[UOp, bool]] = [(self, False)]
@@ -148,7 +151,8 @@ class UOp:
                 order.append(node)
                 continue
             stack.append((node, True))
-            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+            if enter is None or enter(node):
+                stack.extend((s, False) for s in reversed(node.src) if s not in seen)
         return order
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
@@ -296,6 +300,7 @@ def _pad_shape(shape, arg):
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.BUFFER: lambda u: (u.arg,),
     Ops.CONST: lambda u: (),
+    Ops.ARANGE: lambda u: (u.arg,),
     Ops.RESHAPE: lambda u: tuple(u.arg),
     Ops.EXPAND: lambda u: tuple(u.arg),
     Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
@@ -317,11 +322,11 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
 def _shape_of(u: UOp) -> tuple[int, ...] | None:
     if (rule := _SHAPE_RULES.get(u.op)) is not None:
         return rule(u)
-    # elementwise, COPY, ASSIGN, CONTIGUOUS, DETACH, LOAD, VALID: the shape of the last source that has one
-    for s in reversed(u.src):
-        if s.shape is not None:
-            return s.shape
-    return None
+    # elementwise, COPY, ASSIGN, CONTIGUOUS, DETACH, LOAD: the shape of the sources. Inside a kernel a
+    # constant has shape () and broadcasts, so a source that is not a constant decides.
+    shapes = [s.shape for s in u.src if s.shape is not None]
+    real = [s.shape for s in u.src if s.shape is not None and s.op is not Ops.CONST]
+    return (real or shapes or [None])[0]
 
 
 def pretty_print(root: UOp, max_nodes: int = 400) -> str:

@@ -347,10 +347,12 @@ def _split_dim(sizes: list[int], stride: int, valid: Range) -> list[tuple[int, R
 
 def _merge_views(lower: View, upper: View) -> View | None:
     """One view that reads like `upper` reading `lower` as a flat array, or None if this finds none."""
-    if upper.contiguous and (merged := lower.reshape(upper.shape)) is not None:
-        return merged
     if 0 in upper.shape or upper.all_invalid:  # reads no element of `lower`
         return upper
+    if upper.contiguous and prod(upper.shape) == prod(lower.shape):
+        merged = lower.reshape(upper.shape)
+        if merged is not None:
+            return merged
     return _compose(lower, upper)
 
 
@@ -371,15 +373,16 @@ def _compose(lower: View, upper: View) -> View | None:
         if hi - lo > 1:
             steps[k] = [b - a for a, b in zip(base, _unravel(first_flat + st, lower.shape))]
     counts = [hi - lo for lo, hi in ranges]
+    reach = [[step[j] * (n - 1) for step, n in zip(steps, counts)] for j in range(len(lower.shape))]
+    low = [b + sum(min(r, 0) for r in rs) for b, rs in zip(base, reach)]
+    high = [b + sum(max(r, 0) for r in rs) for b, rs in zip(base, reach)]
+    if any(lo < 0 or hi >= size for lo, hi, size in zip(low, high, lower.shape)):
+        return None
     new_ranges = list(ranges)
-    for j, (size, (mask_lo, mask_hi)) in enumerate(zip(lower.shape, lower._ranges())):
-        reach = [steps[k][j] * (n - 1) for k, n in enumerate(counts)]
-        low, high = base[j] + sum(min(r, 0) for r in reach), base[j] + sum(max(r, 0) for r in reach)
-        if low < 0 or high >= size:
-            return None
-        if mask_lo <= low and high < mask_hi:
+    for j, (mask_lo, mask_hi) in enumerate(lower._ranges()):
+        if mask_lo <= low[j] and high[j] < mask_hi:
             continue
-        movers = [k for k, r in enumerate(reach) if r != 0]
+        movers = [k for k, r in enumerate(reach[j]) if r != 0]
         if not movers:  # this coordinate is fixed and outside lower's mask: nothing is valid
             return View.create(upper.shape, mask=((0, 0),) * len(upper.shape)) if upper.shape else None
         if len(movers) > 1:

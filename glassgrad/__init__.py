@@ -1,0 +1,9 @@
+"""glassgrad: a small, lazy deep-learning framework you can read end to end."""
+
+from glassgrad.dtype import dtypes
+from glassgrad.engine.counters import GlobalCounters
+from glassgrad.helpers import Context, getenv
+from glassgrad.runtime.device import Device
+from glassgrad.tensor import Tensor
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "dtypes", "getenv"]

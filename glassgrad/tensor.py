@@ -1,0 +1,1019 @@
+"""Tensor: the user's API. Every method builds UOps; nothing runs until a result is needed."""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+import weakref
+from typing import Any, Sequence
+
+from glassgrad.dtype import DType, bfloat16_to_float, dtypes, float_to_bfloat16, promote_types, to_dtype, truncate
+from glassgrad.dtype import result_type_with_scalar
+from glassgrad.engine.counters import GlobalCounters
+from glassgrad.engine.realize import buffer_of, run_schedule, timed_realize_summary
+from glassgrad.helpers import prod
+from glassgrad.runtime.device import Device
+from glassgrad.schedule import ScheduleItem, create_schedule, kernelize
+from glassgrad.schedule.kernelize import new_buffer
+from glassgrad.uop.ops import GroupOp, Ops, UOp
+
+# Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
+_all_tensors: dict[int, weakref.ref[Tensor]] = {}
+# Nodes that have been kernelized or realized, and what stands for them now.
+_replaced: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def _device_node(device: str) -> UOp:
+    return UOp(Ops.DEVICE, dtypes.void, (), device)
+
+
+def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[int, ...]]:
+    """The flat values and the shape of a nested list; ragged lists are an error."""
+    if not isinstance(data, (list, tuple)):
+        return [data], ()
+    if len(data) == 0:
+        return [], (0,)
+    parts = [_flatten_nested(x, f"{where}[{i}]") for i, x in enumerate(data)]
+    shape = parts[0][1]
+    for i, (_, s) in enumerate(parts):
+        if s != shape:
+            raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
+    return [v for values, _ in parts for v in values], (len(data), *shape)
+
+
+def _pack(values: list[Any], dtype: DType) -> bytes:
+    """Python scalars as the bytes of a `dtype` buffer."""
+    if dtype == dtypes.bfloat16:
+        return struct.pack(f"<{len(values)}H", *(float_to_bfloat16(float(v)) for v in values))
+    return struct.pack(f"<{len(values)}{dtype.fmt}", *(truncate(dtype, v) for v in values))
+
+
+def _unpack(raw: bytes | bytearray, dtype: DType) -> list[Any]:
+    if dtype == dtypes.bfloat16:
+        return [bfloat16_to_float(v) for v in struct.unpack(f"<{len(raw) // 2}H", raw)]
+    return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
+
+
+def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = prod(shape[1:])
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _numpy_dtype(dtype: DType):
+    import numpy as np
+
+    names = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16,
+             dtypes.uint16: np.uint16, dtypes.int32: np.int32, dtypes.uint32: np.uint32, dtypes.int64: np.int64,
+             dtypes.uint64: np.uint64, dtypes.float16: np.float16, dtypes.float32: np.float32,
+             dtypes.float64: np.float64}  # fmt: skip
+    return names[dtype]
+
+
+def _from_numpy_dtype(np_dtype) -> DType:
+    name = str(np_dtype)
+    if name == "bool":
+        return dtypes.bool
+    return to_dtype(name)
+
+
+class Tensor:
+    """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
+
+    training: bool = False
+    no_grad: bool = False
+    _seed: int = int(time.time())
+    _rng_counter: int = 0
+
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None):  # fmt: skip
+        device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        dtype = to_dtype(dtype) if dtype is not None else None
+        if isinstance(data, UOp):
+            uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
+        elif isinstance(data, (bool, int, float)):
+            uop = UOp(Ops.CONST, dtype or dtypes.from_py(data), (_device_node(device),),
+                      truncate(dtype or dtypes.from_py(data), data))  # fmt: skip
+        elif isinstance(data, (list, tuple)):
+            values, shape = _flatten_nested(data)
+            dtype = dtype or _infer_dtype(values)
+            uop = _uop_from_bytes(_pack(values, dtype), dtype, shape, device)
+        elif isinstance(data, (bytes, bytearray)):
+            uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
+        elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
+            uop = _uop_from_numpy(data, dtype, device)
+        else:
+            raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
+                            "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
+        _check_device_holds(uop.device or device, uop.dtype)
+        self.uop: UOp = uop
+        self.grad: Tensor | None = None
+        self.requires_grad: bool | None = requires_grad
+        _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
+
+    # ---- facts ----
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str:
+        return self.uop.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        u = self.uop
+        return f"<Tensor <UOp {u.device} {u.shape} {u.dtype.name} ({u.op}, {u.arg if u.op is not Ops.BUFFER else None})>"\
+               f" on {self.device} with grad {self.grad!r}>"  # fmt: skip
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"the truth value of a tensor of shape {self.shape} is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    __hash__ = object.__hash__
+
+    # ---- running the graph ----
+
+    def _current_uop(self) -> UOp:
+        """This tensor's graph with nodes that were already realized replaced by their buffers."""
+        if not _replaced:
+            return self.uop
+        mapping = {}
+        for node in self.uop.toposort():
+            if node in _replaced:
+                target = _replaced[node]
+                while target in _replaced:
+                    target = _replaced[target]
+                mapping[node] = target
+        return self.uop.substitute(mapping) if mapping else self.uop
+
+    def kernelize(self, *others: Tensor) -> Tensor:
+        """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
+        tensors = (self, *others)
+        for t in tensors:
+            t.uop = t._current_uop()
+        _become(kernelize([t.uop for t in tensors]))
+        return self
+
+    def schedule(self, *others: Tensor) -> list[ScheduleItem]:
+        """The kernels that realizing these tensors would run, in order."""
+        self.kernelize(*others)
+        return create_schedule([t.uop for t in (self, *others)])
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
+        start, before = time.perf_counter(), GlobalCounters.kernel_count
+        items = self.schedule(*others)
+        run_schedule(items)
+        done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in (self, *others)))
+        _become({n: n.src[0] for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL})
+        for t in (self, *others):
+            t.uop = t._current_uop()
+        timed_realize_summary(start, before)
+        return self
+
+    def contiguous(self) -> Tensor:
+        """A tensor with its own buffer in row-major order (a no-op if this one already is)."""
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def detach(self) -> Tensor:
+        """The same values, cut from the autograd graph."""
+        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Write `value` into this tensor's buffer (lazily); the tensor keeps its identity and storage."""
+        value = value if isinstance(value, Tensor) else Tensor(value, self.device, self.dtype)
+        if value.shape != self.shape:
+            value = value._broadcast_to(self.shape, "assign")
+        if value.device != self.device:
+            raise ValueError(f"assign: value is on {value.device} but the tensor is on {self.device}")
+        if value.dtype != self.dtype:
+            raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
+        target = self._current_uop()
+        if not (target.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(target))):
+            self.realize()
+            target = self.uop
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+        return self
+
+    def _host_bytes(self) -> bytearray:
+        t = self if self._is_contiguous_buffer() else self.contiguous()
+        t.realize()
+        return buffer_of(t.uop.base).as_bytes()
+
+    def _is_contiguous_buffer(self) -> bool:
+        from glassgrad.schedule.kernelize import chain_view
+
+        u = self._current_uop()
+        return u.base.op is Ops.BUFFER and chain_view(u).contiguous and u.size == u.base.arg
+
+    def data(self) -> memoryview:
+        """The raw bytes of this tensor, in row-major order."""
+        return memoryview(self._host_bytes())
+
+    def numpy(self):
+        """The values as a NumPy array (bfloat16 comes back as float32)."""
+        import numpy as np
+
+        if self.dtype == dtypes.bfloat16:
+            return self.cast(dtypes.float32).numpy()
+        return np.frombuffer(self._host_bytes(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape).copy()
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists, or a scalar for a 0-d tensor."""
+        return _nest(_unpack(self._host_bytes(), self.dtype), self.shape)
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python scalar."""
+        if self.numel() != 1:
+            raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
+        return _unpack(self._host_bytes(), self.dtype)[0]
+
+    def to(self, device: str) -> Tensor:
+        """This tensor on another device (a COPY, run when realized)."""
+        device = Device.canonicalize(device)
+        if device == self.device:
+            return self
+        _check_device_holds(device, self.dtype)
+        flat = self.reshape(self.numel()) if self.ndim != 1 else self
+        copy = UOp(Ops.COPY, self.dtype, (flat.uop, _device_node(device)))
+        out = Tensor(copy).reshape(self.shape)
+        out.requires_grad = self.requires_grad
+        return out
+
+    def clone(self) -> Tensor:
+        return self.contiguous() if not self._is_contiguous_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype,
+                                                                                   (self.uop + 0,)))  # fmt: skip
+
+    # ---- creation ----
+
+    @staticmethod
+    def full(shape: int | Sequence[int], fill_value: Any, dtype: DType | str | None = None,
+             device: str | None = None, **kwargs) -> Tensor:  # fmt: skip
+        """A tensor of `shape` with every element `fill_value`."""
+        shape = _shape_arg(shape, "full")
+        const = Tensor(fill_value, device=device, dtype=dtype, **kwargs)
+        return const.reshape((1,) * len(shape)).expand(shape) if shape else const
+
+    @staticmethod
+    def zeros(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """A tensor of zeros (float32 unless `dtype` says otherwise)."""
+        return Tensor.full(_shape_arg(shape, "zeros"), 0.0, dtype or dtypes.default_float, device, **kwargs)
+
+    @staticmethod
+    def ones(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """A tensor of ones (float32 unless `dtype` says otherwise)."""
+        return Tensor.full(_shape_arg(shape, "ones"), 1.0, dtype or dtypes.default_float, device, **kwargs)
+
+    @staticmethod
+    def empty(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """A tensor whose values are not set (backed by a fresh buffer)."""
+        shape = _shape_arg(shape, "empty")
+        dtype, device = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
+        return Tensor(new_buffer(device, prod(shape), dtype), **kwargs).reshape(shape)
+
+    @staticmethod
+    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
+               dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:  # fmt: skip
+        """Evenly spaced values in [start, stop), as Python's range but for floats too."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be zero")
+        dtype = to_dtype(dtype) if dtype is not None else (
+            dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+        count = max(0, math.ceil((stop - start) / step))
+        device = Device.canonicalize(device or Device.DEFAULT)
+        index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count))
+        return (index.cast(dtype) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
+            **kwargs) -> Tensor:  # fmt: skip
+        """The n x m identity matrix."""
+        m = n if m is None else m
+        rows = Tensor.arange(n, device=device).reshape(n, 1)
+        cols = Tensor.arange(m, device=device).reshape(1, m)
+        return (rows == cols).cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
+
+    def full_like(self, fill_value: Any, **kwargs) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
+                           device=kwargs.pop("device", self.device), **kwargs)  # fmt: skip
+
+    def zeros_like(self, **kwargs) -> Tensor:
+        return self.full_like(0, **kwargs)
+
+    def ones_like(self, **kwargs) -> Tensor:
+        return self.full_like(1, **kwargs)
+
+    def rand_like(self, **kwargs) -> Tensor:
+        dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+        return Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+
+    def randn_like(self, **kwargs) -> Tensor:
+        dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+        return Tensor.randn(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+
+    # ---- random numbers: a counter-based generator computed by kernels, the same on every device ----
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Make the random functions reproducible from `seed`."""
+        Tensor._seed, Tensor._rng_counter = seed, 0
+
+    @staticmethod
+    def _random_bits(count: int, device: str) -> Tensor:
+        """`count` uint32 values from a hash of (seed, counter): each call advances the counter."""
+        state = Tensor([Tensor._seed & 0xFFFFFFFF, Tensor._rng_counter & 0xFFFFFFFF], device=device, dtype=dtypes.uint32)
+        Tensor._rng_counter += count
+        counter = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count)).cast(dtypes.uint32)
+        return _mix32(_mix32(counter + state[1]) ^ state[0])
+
+    @staticmethod
+    def rand(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """Uniform random values in [0, 1)."""
+        shape = _shape_arg(shape, "rand")
+        device = Device.canonicalize(device or Device.DEFAULT)
+        bits = Tensor._random_bits(prod(shape), device)
+        # the top 24 bits make a float32 in [0, 1) with every value equally likely
+        uniform = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+        return uniform.cast(dtype or dtypes.default_float).reshape(shape).requires_grad_(kwargs.get("requires_grad"))
+
+    @staticmethod
+    def randn(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+        """Standard normal random values (Box-Muller)."""
+        shape = _shape_arg(shape, "randn")
+        pair = Tensor.rand(2, *shape, dtype=dtypes.float32, device=device)
+        radius = (1 - pair[0]).log().mul(-2).sqrt()
+        normal = radius * (pair[1] * (2 * math.pi)).cos()
+        return normal.cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
+
+    @staticmethod
+    def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None,
+                **kwargs) -> Tensor:  # fmt: skip
+        """Uniform random integers in [low, high)."""
+        if high <= low:
+            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+        uniform = Tensor.rand(*shape, dtype=dtypes.float32, device=device)
+        return (uniform * (high - low)).floor().cast(dtypes.int32).add(low).cast(dtype)
+
+    def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    # ---- movement: views of the same data, no copies ----
+
+    def _axis(self, axis: int, op: str, ndim: int | None = None) -> int:
+        ndim = self.ndim if ndim is None else ndim
+        if not -max(ndim, 1) <= axis < max(ndim, 1):
+            raise IndexError(f"{op}: dimension {axis} is out of range for a tensor of shape {self.shape} "
+                             f"(expected -{max(ndim, 1)} to {max(ndim, 1) - 1})")  # fmt: skip
+        return axis % max(ndim, 1)
+
+    def _movement(self, op: Ops, arg: Any) -> Tensor:
+        return Tensor(UOp(op, self.dtype, (self.uop,), arg)).requires_grad_(self.requires_grad)
+
+    def reshape(self, *shape) -> Tensor:
+        """The same elements in row-major order, with a new shape; one dimension may be -1."""
+        shape = _shape_arg(shape, "reshape", allow_negative_one=True)
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        if -1 in shape:
+            known = prod(s for s in shape if s != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                                 f"into {shape}")  # fmt: skip
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        if prod(shape) != self.numel():
+            raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                             f"into {shape} ({prod(shape)} elements)")  # fmt: skip
+        return self if shape == self.shape else self._movement(Ops.RESHAPE, shape)
+
+    def view(self, *shape) -> Tensor:
+        return self.reshape(*shape)
+
+    def permute(self, *order) -> Tensor:
+        """Reorder the dimensions: the result's dim i is this tensor's dim order[i]."""
+        order = _shape_arg(order, "permute", allow_negative_one=True)
+        if sorted(o % max(self.ndim, 1) for o in order) != list(range(self.ndim)) or len(order) != self.ndim:
+            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
+        order = tuple(o % self.ndim for o in order)
+        return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
+
+    def expand(self, *shape) -> Tensor:
+        """Broadcast size-1 dimensions to larger sizes without copying; -1 keeps a dimension."""
+        shape = _shape_arg(shape, "expand", allow_negative_one=True)
+        if len(shape) < self.ndim:
+            raise ValueError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
+        for old, s in zip(padded, new):
+            if old != s and old != 1:
+                raise ValueError(f"expand: cannot expand shape {self.shape} to {shape}: only size-1 dimensions grow")
+        x = self.reshape(padded) if padded != self.shape else self
+        return x if new == x.shape else x._movement(Ops.EXPAND, new)
+
+    def _broadcast_to(self, shape: tuple[int, ...], op: str) -> Tensor:
+        try:
+            return self.expand(shape)
+        except ValueError:
+            raise ValueError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
+
+    def pad(self, padding: Sequence[int] | Sequence[tuple[int, int] | None], value: float = 0.0) -> Tensor:
+        """Pad with `value`: either ((before, after) or None per dim), or PyTorch's flat list from the last dim."""
+        if all(isinstance(p, int) for p in padding):
+            if len(padding) % 2 or len(padding) // 2 > self.ndim:
+                raise ValueError(f"pad: a flat padding needs pairs for at most {self.ndim} dims, got {padding}")
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
+            arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs[::-1]
+        else:
+            if len(padding) != self.ndim:
+                raise ValueError(f"pad: need one (before, after) pair per dimension of {self.shape}, got {padding}")
+            arg = [(0, 0) if p is None else tuple(p) for p in padding]
+        if any(b < 0 or a < 0 for b, a in arg):  # negative padding crops, as in PyTorch
+            crop = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(arg, self.shape))
+            return self.shrink(crop).pad(tuple((max(b, 0), max(a, 0)) for b, a in arg), value)
+        arg = tuple((int(b), int(a)) for b, a in arg)
+        if all(p == (0, 0) for p in arg):
+            return self
+        padded = self._movement(Ops.PAD, arg)
+        if value == 0:
+            return padded
+        mask = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, arg)
+        return mask.where(padded, value)
+
+    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        """Crop each dimension to [start, end) (None keeps it whole)."""
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
+        arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+        for (start, end), s in zip(arg, self.shape):
+            if not 0 <= start <= end <= s:
+                raise ValueError(f"shrink: range {(start, end)} is outside a dimension of size {s} in {self.shape}")
+        if arg == tuple((0, s) for s in self.shape):
+            return self
+        return self._movement(Ops.SHRINK, arg)
+
+    def flip(self, *axis) -> Tensor:
+        """Reverse the order of elements along the given dimensions."""
+        axes = {self._axis(a, "flip") for a in _shape_arg(axis, "flip", allow_negative_one=True)}
+        if not axes:
+            return self
+        return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Swap two dimensions."""
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:
+        """The transpose: dimensions in reverse order."""
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        """Remove size-1 dimensions (all of them, or only `dim`)."""
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        dim = self._axis(dim, "squeeze")
+        return self if not self.shape or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a size-1 dimension at `dim`."""
+        dim = self._axis(dim, "unsqueeze", self.ndim + 1)
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dimensions start_dim..end_dim into one."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
+        return self.reshape(self.shape[:start] + (prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Basic indexing: ints, slices (any step), None and Ellipsis."""
+        from glassgrad.indexing import basic_index
+
+        return basic_index(self, index)
+
+    # ---- elementwise ----
+
+    def _binary_operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands as tensors of one dtype and one broadcast shape."""
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise ValueError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
+                                 "move one with .to()")  # fmt: skip
+            dtype = promote_types(self.dtype, other.dtype)
+        elif isinstance(other, (bool, int, float)):
+            dtype = result_type_with_scalar(self.dtype, other)
+            other = Tensor(other, device=self.device, dtype=dtype)
+        else:
+            raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
+        x, y = (other, self) if reverse else (self, other)
+        shape = _broadcast_shape(x.shape, y.shape, op)
+        return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
+
+    def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+        uop = self.uop.alu(op, *(o.uop for o in others))
+        needs = any(t.requires_grad for t in (self, *others))
+        return Tensor(uop).requires_grad_(True if needs else None)
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        """The values converted to another dtype."""
+        dtype = to_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        _check_device_holds(self.device, dtype)
+        return Tensor(UOp(Ops.CAST, dtype, (self.uop,))).requires_grad_(self.requires_grad)
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bytes read as another dtype of the same size."""
+        dtype = to_dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
+                             f"{dtype.itemsize} bytes)")  # fmt: skip
+        return self if dtype == self.dtype else Tensor(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def _float_input(self) -> Tensor:
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+
+    def add(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise sum, with broadcasting."""
+        x, y = self._binary_operands(other, "add", reverse)
+        return x._alu(Ops.ADD, y)
+
+    def sub(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise difference."""
+        x, y = self._binary_operands(other, "sub", reverse)
+        if x.dtype == dtypes.bool:
+            raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+        return x._alu(Ops.ADD, y.neg())
+
+    def mul(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise product."""
+        x, y = self._binary_operands(other, "mul", reverse)
+        return x._alu(Ops.MUL, y)
+
+    def div(self, other: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """Elementwise true division (ints become floats); rounding_mode 'trunc' or 'floor' as in PyTorch."""
+        x, y = self._binary_operands(other, "div", reverse)
+        if rounding_mode is None:
+            x, y = x._float_input(), y._float_input()
+            return x._alu(Ops.MUL, y._alu(Ops.RECIP))
+        if dtypes.is_int(x.dtype):
+            return x._alu(Ops.IDIV, y) if rounding_mode == "trunc" else x._floor_divide_int(y)
+        quotient = x._alu(Ops.MUL, y._alu(Ops.RECIP))
+        return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+
+    def _floor_divide_int(self, y: Tensor) -> Tensor:
+        q = self._alu(Ops.IDIV, y)
+        # C division truncates; step down by one where the signs differ and it did not divide evenly
+        inexact = (q * y).ne(self) & ((self < 0) ^ (y < 0))
+        return inexact.where(q - 1, q)
+
+    def idiv(self, other: Any, reverse: bool = False) -> Tensor:
+        """Integer division truncating toward zero (C semantics)."""
+        x, y = self._binary_operands(other, "idiv", reverse)
+        return x._alu(Ops.IDIV, y)
+
+    def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
+        return self.div(other, reverse, rounding_mode="floor")
+
+    def mod(self, other: Any, reverse: bool = False) -> Tensor:
+        """Remainder with the sign of the divisor, as Python's % and torch.remainder."""
+        x, y = self._binary_operands(other, "mod", reverse)
+        return x - x.div(y, rounding_mode="floor") * y
+
+    def neg(self) -> Tensor:
+        """Elementwise negation (logical not for bool)."""
+        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
+
+    def maximum(self, other: Any) -> Tensor:
+        """Elementwise maximum (NaN if either is NaN)."""
+        x, y = self._binary_operands(other, "maximum")
+        return x._alu(Ops.MAX, y)
+
+    def minimum(self, other: Any) -> Tensor:
+        """Elementwise minimum (NaN if either is NaN)."""
+        x, y = self._binary_operands(other, "minimum")
+        return x._inverted()._alu(Ops.MAX, y._inverted())._inverted()
+
+    def _inverted(self) -> Tensor:
+        """An order-reversing map that is its own inverse: -x for floats, ~x for integers, not for bools."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """x where this (a condition) is true, else y."""
+        cond = self if self.dtype == dtypes.bool else self.ne(0)
+        if not isinstance(x, Tensor):
+            x = Tensor(x, device=self.device, dtype=y.dtype if isinstance(y, Tensor) and not isinstance(
+                x, float) else None)  # fmt: skip
+        x, y = x._binary_operands(y, "where")
+        shape = _broadcast_shape(cond.shape, x.shape, "where")
+        cond, x, y = (t._broadcast_to(shape, "where") for t in (cond, x, y))
+        return cond._alu(Ops.WHERE, x, y)
+
+    # comparisons
+
+    def __lt__(self, other: Any) -> Tensor:
+        x, y = self._binary_operands(other, "<")
+        return x._alu(Ops.CMPLT, y)
+
+    def __gt__(self, other: Any) -> Tensor:
+        x, y = self._binary_operands(other, ">", reverse=True)
+        return x._alu(Ops.CMPLT, y)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return (self < other).logical_not()
+
+    def __le__(self, other: Any) -> Tensor:
+        return (self > other).logical_not()
+
+    def ne(self, other: Any) -> Tensor:
+        """Elementwise !=."""
+        x, y = self._binary_operands(other, "!=")
+        return x._alu(Ops.CMPNE, y)
+
+    def eq(self, other: Any) -> Tensor:
+        """Elementwise ==."""
+        return self.ne(other).logical_not()
+
+    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self.eq(other)
+
+    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self.ne(other)
+
+    # logic and bits
+
+    def logical_not(self) -> Tensor:
+        """True where the value is false (zero)."""
+        return self.ne(True) if self.dtype == dtypes.bool else self.eq(0)
+
+    def _bitwise(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+        x, y = self._binary_operands(other, name, reverse)
+        if dtypes.is_float(x.dtype):
+            raise TypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
+        return x._alu(op, y)
+
+    def bitwise_and(self, other: Any) -> Tensor:
+        return self._bitwise(Ops.AND, other, "&")
+
+    def bitwise_or(self, other: Any) -> Tensor:
+        return self._bitwise(Ops.OR, other, "|")
+
+    def bitwise_xor(self, other: Any) -> Tensor:
+        return self._bitwise(Ops.XOR, other, "^")
+
+    def bitwise_not(self) -> Tensor:
+        """~x: logical not for bools, all bits flipped for integers."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype), "~")
+
+    def lshift(self, bits: Any) -> Tensor:
+        return self._bitwise(Ops.SHL, bits, "<<")
+
+    def rshift(self, bits: Any) -> Tensor:
+        return self._bitwise(Ops.SHR, bits, ">>")
+
+    # unary math
+
+    def exp(self) -> Tensor:
+        """e ** x."""
+        return self._float_input().mul(1 / math.log(2))._alu(Ops.EXP2)
+
+    def exp2(self) -> Tensor:
+        return self._float_input()._alu(Ops.EXP2)
+
+    def log(self) -> Tensor:
+        """Natural logarithm."""
+        return self._float_input()._alu(Ops.LOG2).mul(math.log(2))
+
+    def log2(self) -> Tensor:
+        return self._float_input()._alu(Ops.LOG2)
+
+    def sqrt(self) -> Tensor:
+        return self._float_input()._alu(Ops.SQRT)
+
+    def rsqrt(self) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self) -> Tensor:
+        return self._float_input()._alu(Ops.RECIP)
+
+    def sin(self) -> Tensor:
+        return self._float_input()._alu(Ops.SIN)
+
+    def cos(self) -> Tensor:
+        return (math.pi / 2 - self._float_input()).sin()
+
+    def trunc(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._alu(Ops.TRUNC)
+
+    def floor(self) -> Tensor:
+        t = self.trunc()
+        return (t > self).where(t - 1, t) if dtypes.is_float(self.dtype) else t
+
+    def ceil(self) -> Tensor:
+        t = self.trunc()
+        return (t < self).where(t + 1, t) if dtypes.is_float(self.dtype) else t
+
+    def relu(self) -> Tensor:
+        """max(x, 0)."""
+        return self.maximum(0)
+
+    def sigmoid(self) -> Tensor:
+        return (1 + (-self._float_input()).exp()).reciprocal()
+
+    def tanh(self) -> Tensor:
+        return 2 * (2 * self._float_input()).sigmoid() - 1
+
+    def abs(self) -> Tensor:
+        return self if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype) else self.maximum(-self)
+
+    def square(self) -> Tensor:
+        return self * self
+
+    def pow(self, exponent: Any, reverse: bool = False) -> Tensor:
+        """Elementwise power (small whole exponents become multiplications)."""
+        from glassgrad.tensor_math import power
+
+        return power(self, exponent, reverse)
+
+    # ---- reductions ----
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
+        axes = tuple(range(self.ndim)) if axis is None else tuple(
+            self._axis(a, name) for a in ((axis,) if isinstance(axis, int) else axis))  # fmt: skip
+        axes = tuple(sorted(set(a for a in axes if self.ndim)))
+        reduced = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes else self
+        reduced.requires_grad_(self.requires_grad)
+        if keepdim or not axes:
+            return reduced
+        return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            dtype: DType | str | None = None) -> Tensor:  # fmt: skip
+        """Sum over `axis` (all axes when None); bools and small ints sum as int32."""
+        x = self.cast(dtype) if dtype is not None else self
+        if dtype is None and (x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 4)):
+            x = x.cast(dtypes.uint32 if dtypes.is_unsigned(x.dtype) else dtypes.int32)
+        return x._reduce(Ops.ADD, axis, keepdim, "sum")
+
+    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Product over `axis`."""
+        return self._reduce(Ops.MUL, axis, keepdim, "prod")
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Maximum over `axis`."""
+        return self._reduce(Ops.MAX, axis, keepdim, "max")
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Minimum over `axis`."""
+        return self._inverted().max(axis, keepdim)._inverted()
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Average over `axis` (integer inputs give floats)."""
+        total = self._float_input().sum(axis, keepdim)
+        axes = range(self.ndim) if axis is None else _axes_set(axis, self.ndim)
+        count = prod(self.shape[i] for i in axes)
+        return total.div(count) if count else total * math.nan
+
+    # ---- Python operators ----
+
+    def __neg__(self):
+        return self.neg()
+
+    def __add__(self, x):
+        return self.add(x)
+
+    def __radd__(self, x):
+        return self.add(x, True)
+
+    def __sub__(self, x):
+        return self.sub(x)
+
+    def __rsub__(self, x):
+        return self.sub(x, True)
+
+    def __mul__(self, x):
+        return self.mul(x)
+
+    def __rmul__(self, x):
+        return self.mul(x, True)
+
+    def __truediv__(self, x):
+        return self.div(x)
+
+    def __rtruediv__(self, x):
+        return self.div(x, True)
+
+    def __floordiv__(self, x):
+        return self.floordiv(x)
+
+    def __rfloordiv__(self, x):
+        return self.floordiv(x, True)
+
+    def __mod__(self, x):
+        return self.mod(x)
+
+    def __rmod__(self, x):
+        return self.mod(x, True)
+
+    def __pow__(self, x):
+        return self.pow(x)
+
+    def __rpow__(self, x):
+        return self.pow(x, True)
+
+    def __and__(self, x):
+        return self.bitwise_and(x)
+
+    def __rand__(self, x):
+        return self._bitwise(Ops.AND, x, "&", True)
+
+    def __or__(self, x):
+        return self.bitwise_or(x)
+
+    def __ror__(self, x):
+        return self._bitwise(Ops.OR, x, "|", True)
+
+    def __xor__(self, x):
+        return self.bitwise_xor(x)
+
+    def __rxor__(self, x):
+        return self._bitwise(Ops.XOR, x, "^", True)
+
+    def __invert__(self):
+        return self.bitwise_not()
+
+    def __lshift__(self, x):
+        return self.lshift(x)
+
+    def __rshift__(self, x):
+        return self.rshift(x)
+
+    def __iadd__(self, x):
+        return self.assign(self + x)
+
+    def __isub__(self, x):
+        return self.assign(self - x)
+
+    def __imul__(self, x):
+        return self.assign(self * x)
+
+    def __itruediv__(self, x):
+        return self.assign(self / x)
+
+
+# ---- helpers for the class above ----
+
+
+def _axes_set(axis, ndim: int) -> set[int]:
+    return {a % max(ndim, 1) for a in ((axis,) if isinstance(axis, int) else axis)}
+
+
+def _chain(node: UOp) -> list[UOp]:
+    chain = []
+    while node.op in GroupOp.Movement:
+        chain.append(node)
+        node = node.src[0]
+    return chain
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer hash (murmur3's finalizer): every input bit affects every output bit."""
+    x = x ^ (x >> 16)
+    x = x * 0x85EBCA6B
+    x = x ^ (x >> 13)
+    x = x * 0xC2B2AE35
+    return x ^ (x >> 16)
+
+
+def _infer_dtype(values: list[Any]) -> DType:
+    if any(isinstance(v, float) for v in values):
+        return dtypes.default_float
+    if values and all(isinstance(v, bool) for v in values):
+        return dtypes.bool
+    for v in values:
+        if not isinstance(v, (bool, int, float)):
+            raise TypeError(f"Tensor: cannot make a tensor element from {type(v).__name__} {v!r}")
+    return dtypes.default_int
+
+
+def _uop_from_bytes(raw: bytes, dtype: DType, shape: tuple[int, ...], device: str) -> UOp:
+    """Data from the host: a PYTHON buffer holding the bytes, copied to `device` when realized."""
+    count = prod(shape)
+    buf = new_buffer("PYTHON", count, dtype)
+    buffer_of(buf).copyin(raw)
+    uop = buf if device == "PYTHON" else UOp(Ops.COPY, dtype, (buf, _device_node(device)))
+    return uop if shape == (count,) else UOp(Ops.RESHAPE, dtype, (uop,), shape)
+
+
+def _uop_from_numpy(array, dtype: DType | None, device: str) -> UOp:
+    import numpy as np
+
+    array = np.ascontiguousarray(array)
+    source_dtype = _from_numpy_dtype(array.dtype)
+    uop = _uop_from_bytes(array.tobytes(), source_dtype, tuple(array.shape), device)
+    return uop if dtype is None or dtype == source_dtype else UOp(Ops.CAST, dtype, (uop,))
+
+
+def _check_device_holds(device: str, dtype: DType) -> None:
+    if not Device[device].supports(dtype):
+        raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
+
+
+def _shape_arg(shape: Any, op: str, allow_negative_one: bool = False) -> tuple[int, ...]:
+    """Accept f(2, 3), f((2, 3)) and f([2, 3]) alike; sizes must be non-negative ints."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    elif isinstance(shape, int):
+        shape = (shape,)
+    out = tuple(shape)
+    for s in out:
+        if not isinstance(s, int) or isinstance(s, bool) or (s < 0 and not (allow_negative_one and s == -1)):
+            if allow_negative_one and isinstance(s, int) and s < 0:
+                continue
+            raise ValueError(f"{op}: sizes must be non-negative integers, got {out}")
+    return out
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
+    """NumPy broadcasting: align from the right; sizes must match or be 1."""
+    n = max(len(a), len(b))
+    a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for i, (x, y) in enumerate(zip(a2, b2)):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _become(mapping: dict[UOp, UOp]) -> None:
+    """Point every tensor whose graph is a key of `mapping` at its value, and remember it for other graphs."""
+    if not mapping:
+        return
+    for key, value in mapping.items():
+        _replaced[key] = value
+    for ref in list(_all_tensors.values()):
+        t = ref()
+        if t is not None and t.uop in mapping:
+            t.uop = mapping[t.uop]
+
