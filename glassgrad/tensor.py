@@ -81,11 +81,52 @@ def _from_numpy_dtype(np_dtype) -> DType:
     return to_dtype(name)
 
 
-class Tensor:
+class _GradSwitch:
+    """`Tensor.no_grad`: truthy while gradients are off; `with Tensor.no_grad():` turns them off for a block."""
+
+    def __init__(self):
+        self.enabled, self._saved = False, []
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    def __call__(self) -> _GradSwitch:
+        return self
+
+    def __enter__(self) -> None:
+        self._saved.append(self.enabled)
+        self.enabled = True
+
+    def __exit__(self, *exc) -> None:
+        self.enabled = self._saved.pop()
+
+
+class _TrainingMode:
+    """Returned by Tensor.train(): the mode is already set; leaving a `with` block restores the old one."""
+
+    def __init__(self, previous: bool):
+        self.previous = previous
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc) -> None:
+        Tensor.training = self.previous
+
+
+class _TensorType(type):
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "no_grad" and not isinstance(value, _GradSwitch):  # `Tensor.no_grad = True` flips the switch
+            cls.__dict__["no_grad"].enabled = bool(value)
+            return
+        super().__setattr__(name, value)
+
+
+class Tensor(metaclass=_TensorType):
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
     training: bool = False
-    no_grad: bool = False
+    no_grad = _GradSwitch()
     _seed: int = int(time.time())
     _rng_counter: int = 0
 
@@ -113,6 +154,9 @@ class Tensor:
         self.uop: UOp = uop
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
+        self._is_leaf = True  # only leaves (tensors the user made) receive .grad in backward()
+        self._autograd_uop: UOp | None = None  # the graph that built this tensor, kept for backward() after realize
+        self._previous_uop: UOp | None = None
         _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
 
     # ---- facts ----
@@ -164,22 +208,28 @@ class Tensor:
 
     def _current_uop(self) -> UOp:
         """This tensor's graph with nodes that were already realized replaced by their buffers."""
-        if not _replaced:
-            return self.uop
-        mapping = {}
-        for node in self.uop.toposort():
-            if node in _replaced:
-                target = _replaced[node]
-                while target in _replaced:
-                    target = _replaced[target]
-                mapping[node] = target
-        return self.uop.substitute(mapping) if mapping else self.uop
+        return _current(self.uop)
+
+    def _set_uop(self, uop: UOp) -> None:
+        """Point this tensor at a new graph for the same values, keeping the old one if backward() may need it."""
+        if self.requires_grad and not self._is_leaf and self._autograd_uop is None:
+            self._autograd_uop = self.uop
+        if self.requires_grad and self._is_leaf and self.uop.op is not Ops.ASSIGN:
+            self._previous_uop = self.uop  # graphs built before this realize still name the leaf by it
+        self.uop = uop
+
+    def _names_in(self, nodes: set[UOp]) -> UOp | None:
+        """The node that stands for this tensor in a graph, if any."""
+        for node in (self.uop, self._previous_uop):
+            if node is not None and node in nodes:
+                return node
+        return None
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
         tensors = (self, *others)
         for t in tensors:
-            t.uop = t._current_uop()
+            t._set_uop(t._current_uop())
         _become(kernelize([t.uop for t in tensors]))
         return self
 
@@ -196,17 +246,21 @@ class Tensor:
         done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in (self, *others)))
         _become({n: n.src[0] for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL})
         for t in (self, *others):
-            t.uop = t._current_uop()
+            t._set_uop(t._current_uop())
         timed_realize_summary(start, before)
         return self
 
     def contiguous(self) -> Tensor:
         """A tensor with its own buffer in row-major order (a no-op if this one already is)."""
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        return Tensor._derived(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), self)
 
     def detach(self) -> Tensor:
         """The same values, cut from the autograd graph."""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def relu(self) -> Tensor:
+        """max(x, 0), with gradient 0 at 0 as in PyTorch."""
+        return (self > 0).where(self, 0)
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write `value` into this tensor's buffer (lazily); the tensor keeps its identity and storage."""
@@ -265,9 +319,7 @@ class Tensor:
         _check_device_holds(device, self.dtype)
         flat = self.reshape(self.numel()) if self.ndim != 1 else self
         copy = UOp(Ops.COPY, self.dtype, (flat.uop, _device_node(device)))
-        out = Tensor(copy).reshape(self.shape)
-        out.requires_grad = self.requires_grad
-        return out
+        return Tensor._derived(copy, flat).reshape(self.shape)
 
     def clone(self) -> Tensor:
         return self.contiguous() if not self._is_contiguous_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype,
@@ -280,8 +332,9 @@ class Tensor:
              device: str | None = None, **kwargs) -> Tensor:  # fmt: skip
         """A tensor of `shape` with every element `fill_value`."""
         shape = _shape_arg(shape, "full")
-        const = Tensor(fill_value, device=device, dtype=dtype, **kwargs)
-        return const.reshape((1,) * len(shape)).expand(shape) if shape else const
+        const = Tensor(fill_value, device=device, dtype=dtype)
+        filled = const.reshape((1,) * len(shape)).expand(shape) if shape else const
+        return filled.requires_grad_(kwargs.get("requires_grad"))
 
     @staticmethod
     def zeros(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
@@ -298,7 +351,8 @@ class Tensor:
         """A tensor whose values are not set (backed by a fresh buffer)."""
         shape = _shape_arg(shape, "empty")
         dtype, device = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
-        return Tensor(new_buffer(device, prod(shape), dtype), **kwargs).reshape(shape)
+        empty = Tensor(new_buffer(device, prod(shape), dtype)).reshape(shape)
+        return empty.requires_grad_(kwargs.get("requires_grad"))
 
     @staticmethod
     def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
@@ -386,8 +440,74 @@ class Tensor:
         return (uniform * (high - low)).floor().cast(dtypes.int32).add(low).cast(dtype)
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
-        self.requires_grad = requires_grad
+        """Mark this tensor as a leaf whose gradient backward() computes (or not)."""
+        self.requires_grad, self._is_leaf = requires_grad, True
         return self
+
+    @staticmethod
+    def train(mode: bool = True) -> _TrainingMode:
+        """Set Tensor.training (dropout and batchnorm read it); usable as `with Tensor.train():` too."""
+        previous, Tensor.training = Tensor.training, mode
+        return _TrainingMode(previous)
+
+    @staticmethod
+    def test() -> _TrainingMode:
+        return Tensor.train(False)
+
+    def _autograd_root(self) -> UOp:
+        """The graph to differentiate: the one that built this tensor, even if it was realized since."""
+        return self._autograd_uop if self._autograd_uop is not None else self.uop
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target, whether or not it was marked requires_grad."""
+        from glassgrad.gradient import compute_gradient
+
+        seed = self._seed_gradient(gradient, "gradient")
+        root = self._autograd_root()
+        nodes = set(root.toposort())
+        wanted = [t._names_in(nodes) for t in targets]
+        for t, node in zip(targets, wanted):
+            if node is None:
+                raise ValueError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
+        grads = compute_gradient(root, seed.uop, set(wanted))
+        return [Tensor(grads[node]) if node in grads else t.zeros_like() for t, node in zip(targets, wanted)]
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph."""
+        from glassgrad.gradient import compute_gradient
+
+        seed = self._seed_gradient(gradient, "backward")
+        root = self._autograd_root()
+        nodes = set(root.toposort())
+        candidates = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.requires_grad
+                      and t._is_leaf]  # fmt: skip
+        leaves = {node: t for t in candidates if (node := t._names_in(nodes)) is not None}
+        if not leaves:
+            raise RuntimeError("backward: no tensor in this graph requires grad; create the inputs with "
+                               "requires_grad=True (or call .requires_grad_())")  # fmt: skip
+        grads = compute_gradient(root, seed.uop, set(leaves))
+        for node, t in leaves.items():
+            if (g := grads.get(node)) is not None:
+                t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
+        return self
+
+    def _seed_gradient(self, gradient: Tensor | None, op: str) -> Tensor:
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"{op}: the output has shape {self.shape}; an implicit gradient needs a scalar or "
+                                   "one-element output, so pass gradient= of the same shape")  # fmt: skip
+            return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise ValueError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
+        return gradient.cast(self.dtype)
+
+    @staticmethod
+    def _derived(uop: UOp, *parents: Tensor) -> Tensor:
+        """The result of an op: it requires grad when any input does, and is not a leaf."""
+        out = Tensor(uop)
+        out.requires_grad = True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None
+        out._is_leaf = False
+        return out
 
     # ---- movement: views of the same data, no copies ----
 
@@ -399,7 +519,7 @@ class Tensor:
         return axis % max(ndim, 1)
 
     def _movement(self, op: Ops, arg: Any) -> Tensor:
-        return Tensor(UOp(op, self.dtype, (self.uop,), arg)).requires_grad_(self.requires_grad)
+        return Tensor._derived(UOp(op, self.dtype, (self.uop,), arg), self)
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""
@@ -545,9 +665,7 @@ class Tensor:
         return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-        uop = self.uop.alu(op, *(o.uop for o in others))
-        needs = any(t.requires_grad for t in (self, *others))
-        return Tensor(uop).requires_grad_(True if needs else None)
+        return Tensor._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to another dtype."""
@@ -555,7 +673,7 @@ class Tensor:
         if dtype == self.dtype:
             return self
         _check_device_holds(self.device, dtype)
-        return Tensor(UOp(Ops.CAST, dtype, (self.uop,))).requires_grad_(self.requires_grad)
+        return Tensor._derived(UOp(Ops.CAST, dtype, (self.uop,)), self)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """The same bytes read as another dtype of the same size."""
@@ -773,10 +891,6 @@ class Tensor:
         t = self.trunc()
         return (t < self).where(t + 1, t) if dtypes.is_float(self.dtype) else t
 
-    def relu(self) -> Tensor:
-        """max(x, 0)."""
-        return self.maximum(0)
-
     def sigmoid(self) -> Tensor:
         return (1 + (-self._float_input()).exp()).reciprocal()
 
@@ -801,8 +915,7 @@ class Tensor:
         axes = tuple(range(self.ndim)) if axis is None else tuple(
             self._axis(a, name) for a in ((axis,) if isinstance(axis, int) else axis))  # fmt: skip
         axes = tuple(sorted(set(a for a in axes if self.ndim)))
-        reduced = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes else self
-        reduced.requires_grad_(self.requires_grad)
+        reduced = Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self) if axes else self
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -1006,6 +1119,21 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
     return tuple(out)
 
 
+def _resolve(node: UOp) -> UOp:
+    """What a node stands for now, following realized and kernelized replacements."""
+    while node in _replaced:
+        node = _replaced[node]
+    return node
+
+
+def _current(root: UOp) -> UOp:
+    """A graph with every node that was realized or kernelized since it was built replaced by what stands for it."""
+    if not _replaced:
+        return root
+    mapping = {node: _resolve(node) for node in root.toposort() if node in _replaced}
+    return root.substitute(mapping) if mapping else root
+
+
 def _become(mapping: dict[UOp, UOp]) -> None:
     """Point every tensor whose graph is a key of `mapping` at its value, and remember it for other graphs."""
     if not mapping:
@@ -1015,5 +1143,5 @@ def _become(mapping: dict[UOp, UOp]) -> None:
     for ref in list(_all_tensors.values()):
         t = ref()
         if t is not None and t.uop in mapping:
-            t.uop = mapping[t.uop]
+            t._set_uop(mapping[t.uop])
 

@@ -1,0 +1,130 @@
+"""Reverse-mode differentiation over the UOp graph: one derivative rule per primitive op.
+
+Every composed Tensor op (softmax, matmul, conv2d, ...) is built from these primitives, so its
+gradient follows from the table below by the chain rule; no composed op needs a rule of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable
+
+from glassgrad.dtype import dtypes
+from glassgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from glassgrad.tensor import Tensor
+
+Grads = tuple["Tensor | None", ...]
+
+
+def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
+    """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: out / x."""
+    op, axes = node.arg
+    g, out = g.expand(x.shape), out.expand(x.shape)
+    if op is Ops.ADD:
+        return (g,)
+    if op is Ops.MUL:
+        return (g * out / x,)
+    is_max = x.eq(out).cast(g.dtype)
+    ties = is_max.sum(axes, keepdim=True).expand(x.shape)
+    return (g * is_max / ties,)
+
+
+def _expanded_axes(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(i for i, (a, b) in enumerate(zip(small, big)) if a != b)
+
+
+def _unexpand(g: Tensor, x: Tensor) -> Grads:
+    """The gradient of a broadcast is the sum over the broadcast dimensions."""
+    return (g.sum(_expanded_axes(x.shape, g.shape), keepdim=True),)
+
+
+def _unpad(g: Tensor, node: UOp) -> Grads:
+    return (g.shrink(tuple((before, before + s) for (before, _), s in zip(node.arg, node.src[0].shape))),)
+
+
+def _unshrink(g: Tensor, node: UOp) -> Grads:
+    return (g.pad(tuple((start, s - end) for (start, end), s in zip(node.arg, node.src[0].shape))),)
+
+
+def _unpermute(g: Tensor, node: UOp) -> Grads:
+    inverse = [0] * len(node.arg)
+    for i, axis in enumerate(node.arg):
+        inverse[axis] = i
+    return (g.permute(inverse),)
+
+
+def _max_grad(g: Tensor, x: Tensor, y: Tensor) -> Grads:
+    """d max(x, y): all to the larger one; at a tie each gets half (as PyTorch's maximum)."""
+    x_wins = (x > y).cast(g.dtype) + x.eq(y).cast(g.dtype) * 0.5
+    return (g * x_wins, g * (1 - x_wins))
+
+
+def _where_grad(g: Tensor, cond: Tensor) -> Grads:
+    return (None, cond.where(g, 0.0), cond.where(0.0, g))
+
+
+# d(output)/d(each input) times the incoming gradient g; `x`, `y` are the inputs and `out` the output.
+# Each entry takes (g, node, *inputs as Tensors, out as Tensor) and returns one gradient per input.
+DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
+    Ops.ADD: lambda g, node, x, y, out: (g, g),
+    Ops.MUL: lambda g, node, x, y, out: (g * y, g * x),
+    Ops.NEG: lambda g, node, x, out: (-g,),
+    Ops.EXP2: lambda g, node, x, out: (g * out * math.log(2),),
+    Ops.LOG2: lambda g, node, x, out: (g / (x * math.log(2)),),
+    Ops.SIN: lambda g, node, x, out: (g * x.cos(),),
+    Ops.SQRT: lambda g, node, x, out: (g / (out * 2),),
+    Ops.RECIP: lambda g, node, x, out: (-g * out * out,),
+    Ops.MAX: lambda g, node, x, y, out: _max_grad(g, x, y),
+    Ops.WHERE: lambda g, node, c, x, y, out: _where_grad(g, c),
+    Ops.TRUNC: lambda g, node, x, out: (g * 0,),
+    Ops.CAST: lambda g, node, x, out: (g.cast(x.dtype),),
+    Ops.CONTIGUOUS: lambda g, node, x, out: (g,),
+    Ops.COPY: lambda g, node, x, dev, out: (g.to(x.device), None),
+    Ops.REDUCE_AXIS: lambda g, node, x, out: _reduce_grad(g, node, x, out),
+    Ops.RESHAPE: lambda g, node, x, out: (g.reshape(x.shape),),
+    Ops.PERMUTE: lambda g, node, x, out: _unpermute(g, node),
+    Ops.EXPAND: lambda g, node, x, out: _unexpand(g, x),
+    Ops.PAD: lambda g, node, x, out: _unpad(g, node),
+    Ops.SHRINK: lambda g, node, x, out: _unshrink(g, node),
+    Ops.FLIP: lambda g, node, x, out: (g.flip(*[i for i, f in enumerate(node.arg) if f]),),
+}
+
+# Ops whose output does not change smoothly with their inputs: no gradient flows through them.
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.DETACH,
+               Ops.BITCAST, Ops.ARANGE, Ops.CONST, Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE, Ops.ASSIGN}  # fmt: skip
+
+
+def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
+    """The nodes from which some target can be reached: only these need gradients."""
+    on_path: set[UOp] = set()
+    for node in root.toposort():
+        if node in targets or any(s in on_path for s in node.src):
+            on_path.add(node)
+    return on_path
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """d(root)/d(target) for each target reached from root, as lazy UOp graphs."""
+    from glassgrad.tensor import Tensor
+
+    on_path = _on_path(root, targets)
+    grads: dict[UOp, Tensor] = {root: Tensor(root_grad)}
+    for node in reversed(root.toposort()):
+        if node not in grads or node.op in NO_GRADIENT:
+            continue
+        if node.op not in DERIVATIVES:
+            raise NotImplementedError(f"gradient: no derivative rule for {node.op}")
+        g = grads[node]
+        if node.op is Ops.CAST and not dtypes.is_float(node.src[0].dtype):
+            if node.src[0] in on_path:
+                raise TypeError(f"backward: the graph casts from {node.src[0].dtype} to {node.dtype}; gradients "
+                                "cannot flow through an integer or bool value")  # fmt: skip
+            continue
+        inputs = [Tensor(s) for s in node.src]
+        for src, src_grad in zip(node.src, DERIVATIVES[node.op](g, node, *inputs, Tensor(node))):
+            if src_grad is None or src not in on_path:
+                continue
+            grads[src] = grads[src] + src_grad if src in grads else src_grad
+    return {t: grads[t].uop for t in targets if t in grads}
