@@ -41,7 +41,12 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     key = (device, ast)
     if key not in _kernels:
         dev = Device[device]
+        if DEBUG >= 4:
+            print(f"--- kernel AST ---\n{ast}")
         spec = get_program(ast, dev.renderer)
+        if DEBUG >= 4:
+            print("--- linear program ---\n" + "\n".join(f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} "
+                  f"{[spec.program.index(s) for s in u.src]} {u.arg!r}" for i, u in enumerate(spec.program)))
         if DEBUG >= 3:
             print(spec.src)
         _kernels[key] = CompiledKernel(device, spec, dev.load(spec.name, spec.src))

@@ -218,7 +218,7 @@ def reduce_sum_mod(x: UOp, c: UOp) -> UOp | None:
     """(a*u + r) % c = ((a % c)*u + r) % c for u >= 0, a > 0 and every term >= 0; a term of factor k*c drops out."""
     if c.arg <= 0 or (terms := _nonnegative_terms(x)) is None:
         return None
-    reduced = [(base, f % c.arg) for base, f in terms]
+    reduced = [(base, f % c.arg) if f > 0 else (base, f) for base, f in terms]
     if reduced == terms:
         return None
     return _build_sum(x, reduced) % c
