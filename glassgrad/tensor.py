@@ -13,6 +13,7 @@ from glassgrad.dtype import result_type_with_scalar
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, timed_realize_summary
 from glassgrad.helpers import prod
+from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, create_schedule, kernelize
 from glassgrad.schedule.kernelize import new_buffer
@@ -122,7 +123,7 @@ class _TensorType(type):
         super().__setattr__(name, value)
 
 
-class Tensor(metaclass=_TensorType):
+class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin, metaclass=_TensorType):
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
     training: bool = False
@@ -1081,9 +1082,9 @@ def _uop_from_bytes(raw: bytes, dtype: DType, shape: tuple[int, ...], device: st
 def _uop_from_numpy(array, dtype: DType | None, device: str) -> UOp:
     import numpy as np
 
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)  # NumPy scalars too; tobytes() is row-major for any layout, and keeps a 0-d shape
     source_dtype = _from_numpy_dtype(array.dtype)
-    uop = _uop_from_bytes(array.tobytes(), source_dtype, tuple(array.shape), device)
+    uop = _uop_from_bytes(array.tobytes(order="C"), source_dtype, tuple(array.shape), device)
     return uop if dtype is None or dtype == source_dtype else UOp(Ops.CAST, dtype, (uop,))
 
 
