@@ -2,8 +2,9 @@
 
 from glassgrad.dtype import dtypes
 from glassgrad.engine.counters import GlobalCounters
+from glassgrad.engine.jit import TinyJit
 from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "dtypes", "getenv"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "getenv"]

@@ -53,27 +53,55 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     return _kernels[key]
 
 
-def run_copy(dst: Buffer, src: Buffer) -> None:
-    dst.copyin(src.as_bytes())
+class CopyRunner:
+    """Moves a buffer's bytes to a buffer on another device (through the host)."""
+
+    def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
+        dst, src = bufs
+        dst.copyin(src.as_bytes())
+        if DEBUG >= 2:
+            print(f"{colored('copy', 'yellow')} {dst.nbytes:>10} bytes {src.device} -> {dst.device}")
+        return None
+
+
+class ExecItem:
+    """One step of a run: a compiled kernel or a copy, with the buffers it works on."""
+
+    def __init__(self, runner: CompiledKernel | CopyRunner, bufs: list[Buffer]):
+        self.runner, self.bufs = runner, bufs
+
+    def run(self, bufs: list[Buffer] | None = None) -> None:
+        """Run on this item's buffers, or on `bufs` in their place (TinyJit's replay)."""
+        bufs = [b.ensure_allocated() for b in (bufs or self.bufs)]
+        seconds = self.runner(bufs, wait=DEBUG >= 2)
+        if isinstance(self.runner, CopyRunner):
+            return
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += self.runner.spec.ops
+        GlobalCounters.global_mem += self.runner.spec.mem
+        if seconds is not None:
+            GlobalCounters.time_sum_s += seconds
+            _print_kernel_line(self.runner, seconds)
+
+
+# While TinyJit captures a function, every item that runs is also appended here.
+capturing: list[list[ExecItem]] = []
+
+
+def lower_item(item: ScheduleItem) -> ExecItem:
+    bufs = [buffer_of(b) for b in item.bufs]
+    if item.ast.op is Ops.COPY:
+        return ExecItem(CopyRunner(), bufs)
+    return ExecItem(get_kernel(bufs[0].device, item.ast), bufs)
 
 
 def run_schedule(schedule: list[ScheduleItem]) -> None:
     """Run each item in order: copies move bytes, kernels run compiled programs."""
     for item in schedule:
-        bufs = [buffer_of(b).ensure_allocated() for b in item.bufs]
-        if item.ast.op is Ops.COPY:
-            run_copy(bufs[0], bufs[1])
-            if DEBUG >= 2:
-                print(f"{colored('copy', 'yellow')} {bufs[0].nbytes:>10} bytes {bufs[1].device} -> {bufs[0].device}")
-            continue
-        kernel = get_kernel(bufs[0].device, item.ast)
-        seconds = kernel(bufs, wait=DEBUG >= 2)
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += kernel.spec.ops
-        GlobalCounters.global_mem += kernel.spec.mem
-        if seconds is not None:
-            GlobalCounters.time_sum_s += seconds
-            _print_kernel_line(kernel, seconds)
+        exec_item = lower_item(item)
+        exec_item.run()
+        for captured in capturing:
+            captured.append(exec_item)
 
 
 def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
