@@ -1,0 +1,221 @@
+"""Optimizers and learning-rate schedules. A step updates parameters in place with assign, so it fuses and TinyJit
+can capture it; the learning rate and step count live in tensors for the same reason."""
+
+from __future__ import annotations
+
+import math
+
+from glassgrad.dtype import dtypes
+from glassgrad.tensor import Tensor
+
+
+class Optimizer:
+    """Holds parameters and their state; subclasses say how one parameter changes in `_update`."""
+
+    def __init__(self, params: list[Tensor], lr: float):
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got no parameters to optimize")
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(p).__name__}")
+            if p.requires_grad is None:
+                p.requires_grad_(True)
+        self.params = params
+        device = params[0].device
+        self.lr = Tensor([float(lr)], device=device, dtype=dtypes.float32).contiguous().realize()
+        self.step_count = Tensor([0], device=device, dtype=dtypes.int32).contiguous().realize()
+
+    def zero_grad(self) -> None:
+        """Forget the gradients of the last backward pass."""
+        for p in self.params:
+            p.grad = None
+
+    def state(self) -> list[Tensor]:
+        """The tensors this optimizer keeps between steps (for realizing and saving)."""
+        return [self.lr, self.step_count]
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient, then run the update (one fused schedule)."""
+        self.step_count.assign(self.step_count + 1)
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            if p.grad.shape != p.shape:
+                raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter of "
+                                 f"shape {p.shape}")  # fmt: skip
+            p.assign(self._update(i, p.detach(), p.grad.detach().cast(p.dtype)).cast(p.dtype))
+        Tensor.realize(*self.params, *self.state())
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _zeros_like_params(self) -> list[Tensor]:
+        return [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with PyTorch's momentum, dampening, nesterov and weight_decay."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):  # fmt: skip
+        super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening = 0")
+        self.momentum, self.dampening, self.weight_decay, self.nesterov = momentum, dampening, weight_decay, nesterov
+        self.buffers = self._zeros_like_params() if momentum else []
+
+    def state(self) -> list[Tensor]:
+        return super().state() + self.buffers
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        if self.weight_decay:
+            g = g + self.weight_decay * p
+        if self.momentum:
+            buf = self.buffers[i]
+            # the first step starts the momentum buffer at the gradient itself, as PyTorch does
+            first = self.step_count == 1
+            buf.assign(first.where(g, self.momentum * buf + (1 - self.dampening) * g))
+            g = g + self.momentum * buf if self.nesterov else buf
+        return p - self.lr * g
+
+
+class LARS(SGD):
+    """SGD whose step for each parameter is scaled by a trust ratio ||p|| / ||g|| (You et al., 2017)."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 0.0,
+                 trust_coefficient: float = 0.001, nesterov: bool = False):  # fmt: skip
+        super().__init__(params, lr, momentum, 0.0, 0.0, nesterov)
+        self.lars_weight_decay, self.trust_coefficient = weight_decay, trust_coefficient
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        p_norm, g_norm = p.square().sum().sqrt(), g.square().sum().sqrt()
+        ratio = self.trust_coefficient * p_norm / (g_norm + self.lars_weight_decay * p_norm)
+        trust = ((p_norm > 0) & (g_norm > 0)).where(ratio, 1.0)
+        return super()._update(i, p, (g + self.lars_weight_decay * p) * trust)
+
+
+class LAMB(Optimizer):
+    """Adam with a per-parameter trust ratio ||p|| / ||update|| (You et al., 2019); adam=True skips the ratio."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+                 weight_decay: float = 0.0, adam: bool = False):  # fmt: skip
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        self.m, self.v = self._zeros_like_params(), self._zeros_like_params()
+
+    def state(self) -> list[Tensor]:
+        return super().state() + self.m + self.v
+
+    def _adam_direction(self, i: int, g: Tensor) -> Tensor:
+        """The bias-corrected Adam step direction m_hat / (sqrt(v_hat) + eps)."""
+        m, v = self.m[i], self.v[i]
+        m.assign(self.b1 * m + (1 - self.b1) * g)
+        v.assign(self.b2 * v + (1 - self.b2) * g * g)
+        t = self.step_count.cast(dtypes.float32)
+        m_hat = m / (1 - Tensor.full_like(t, self.b1).pow(t))
+        v_hat = v / (1 - Tensor.full_like(t, self.b2).pow(t))
+        return m_hat / (v_hat.sqrt() + self.eps)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        update = self._adam_direction(i, g) + self.weight_decay * p
+        if self.adam:
+            return p - self.lr * update
+        p_norm, u_norm = p.square().sum().sqrt(), update.square().sum().sqrt()
+        trust = ((p_norm > 0) & (u_norm > 0)).where(p_norm / u_norm, 1.0)
+        return p - self.lr * trust * update
+
+
+class Adam(LAMB):
+    """Adam (Kingma and Ba) with PyTorch's defaults; weight_decay adds weight_decay * p to the gradient."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, b1: float | None = None, b2: float | None = None):  # fmt: skip
+        b1, b2 = (betas[0] if b1 is None else b1), (betas[1] if b2 is None else b2)
+        super().__init__(params, lr, b1, b2, eps, 0.0, adam=True)
+        self.l2 = weight_decay
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        return p - self.lr * self._adam_direction(i, g + self.l2 * p if self.l2 else g)
+
+
+class AdamW(LAMB):
+    """Adam with decoupled weight decay (Loshchilov and Hutter), PyTorch's defaults."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01):  # fmt: skip
+        super().__init__(params, lr, betas[0], betas[1], eps, 0.0, adam=True)
+        self.decoupled_weight_decay = weight_decay
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        decayed = p * (1 - self.lr * self.decoupled_weight_decay)
+        return decayed - self.lr * self._adam_direction(i, g)
+
+
+# ---- learning-rate schedules: each step() writes the next rate into the optimizer's lr tensor ----
+
+
+class LRScheduler:
+    """Base of the schedules: epoch counts step() calls; get_lr() says the rate for the current epoch."""
+
+    def __init__(self, optimizer: Optimizer):
+        self.optimizer = optimizer
+        self.base_lr = optimizer.lr.item()
+        self.epoch = 0
+        self._set(self.get_lr())
+
+    def get_lr(self) -> float:
+        raise NotImplementedError
+
+    def _set(self, lr: float) -> None:
+        self.optimizer.lr.assign(Tensor([lr], device=self.optimizer.lr.device, dtype=dtypes.float32)).realize()
+
+    def step(self) -> None:
+        """Move to the next epoch (or step) and update the optimizer's learning rate."""
+        self.epoch += 1
+        self._set(self.get_lr())
+
+
+class StepLR(LRScheduler):
+    """Multiply the rate by gamma every step_size steps."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        return self.base_lr * self.gamma ** (self.epoch // self.step_size)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """Cosine decay from the initial rate to eta_min over T_max steps."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
+
+    def get_lr(self) -> float:
+        progress = min(self.epoch, self.T_max) / self.T_max
+        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2
+
+
+class OneCycleLR(LRScheduler):
+    """Warm up from max_lr/div_factor to max_lr, then cosine-anneal to max_lr/(div_factor*final_div_factor)."""
+
+    def __init__(self, optimizer: Optimizer, max_lr: float, total_steps: int, pct_start: float = 0.3,
+                 div_factor: float = 25.0, final_div_factor: float = 1e4):  # fmt: skip
+        self.max_lr, self.total_steps = max_lr, total_steps
+        self.initial_lr = max_lr / div_factor
+        self.final_lr = self.initial_lr / final_div_factor
+        self.warmup_steps = max(1.0, pct_start * total_steps - 1)
+        super().__init__(optimizer)
+
+    @staticmethod
+    def _cosine(start: float, end: float, fraction: float) -> float:
+        return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
+
+    def get_lr(self) -> float:
+        if self.epoch <= self.warmup_steps:
+            return self._cosine(self.initial_lr, self.max_lr, self.epoch / self.warmup_steps)
+        remaining = max(1.0, self.total_steps - 1 - self.warmup_steps)
+        return self._cosine(self.max_lr, self.final_lr, min(1.0, (self.epoch - self.warmup_steps) / remaining))
