@@ -1,0 +1,227 @@
+"""Neural-network layers with PyTorch's parameter names and default initialisation, so state dicts map one to one."""
+
+from __future__ import annotations
+
+import math
+
+from glassgrad.helpers import prod
+from glassgrad.nn import optim, state  # noqa: F401  (tinygrad's import paths: glassgrad.nn.optim, glassgrad.nn.state)
+from glassgrad.tensor import Tensor
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    """U(-bound, bound): PyTorch's default for weights (kaiming_uniform with a=sqrt(5)) and biases of these layers."""
+    return (Tensor.rand(*shape) * (2 * bound) - bound).contiguous()
+
+
+def _tuple(value: int | tuple[int, ...], n: int) -> tuple[int, ...]:
+    return (value,) * n if isinstance(value, int) else tuple(value)
+
+
+class Linear:
+    """y = x @ weight.T + bias, weight of shape (out_features, in_features)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        bound = 1 / math.sqrt(in_features) if in_features else 0.0
+        self.weight = _uniform((out_features, in_features), bound)
+        self.bias = _uniform((out_features,), bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.linear(self.weight.T, self.bias)
+
+
+class _ConvNd:
+    """Convolution over the last len(kernel_size) dimensions, weight (out, in/groups, *kernel)."""
+
+    dims = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride=1,
+                 padding: int | tuple[int, ...] | str = 0, dilation=1, groups: int = 1, bias: bool = True):  # fmt: skip
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{type(self).__name__}: in_channels ({in_channels}) and out_channels ({out_channels}) "
+                             f"must be divisible by groups ({groups})")  # fmt: skip
+        self.kernel_size = _tuple(kernel_size, self.dims)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        fan_in = in_channels // groups * prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
+        self.bias = _uniform((out_channels,), bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution, as torch.nn.Conv1d."""
+
+    dims = 1
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution, as torch.nn.Conv2d."""
+
+    dims = 2
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution, as torch.nn.Conv3d."""
+
+    dims = 3
+
+
+class ConvTranspose2d:
+    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1):  # fmt: skip
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.groups, self.dilation = groups, dilation
+        # PyTorch computes fan_in from the weight's dim 1 (out/groups) for transposed convolutions
+        fan_in = out_channels // groups * prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+        self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound)
+        self.bias = _uniform((out_channels,), bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv_transpose2d(self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                                  self.dilation)  # fmt: skip
+
+
+class BatchNorm:
+    """Batch normalization over dim 1; running statistics are updated in training mode (Tensor.training)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
+                 track_running_stats: bool = True):  # fmt: skip
+        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.weight = Tensor.ones(num_features).contiguous() if affine else None
+        self.bias = Tensor.zeros(num_features).contiguous() if affine else None
+        self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous()
+        self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous()
+        self.num_batches_tracked = Tensor.zeros(1, dtype="int64", requires_grad=False).contiguous()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 2 or x.shape[1] != self.running_mean.shape[0]:
+            raise ValueError(f"BatchNorm: input of shape {x.shape} should have {self.running_mean.shape[0]} "
+                             "channels in dimension 1")  # fmt: skip
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        if Tensor.training or not self.track_running_stats:
+            mean = x.mean(axes)
+            var = (x - mean.reshape(1, -1, *[1] * (x.ndim - 2))).square().mean(axes)
+            if Tensor.training and self.track_running_stats:
+                count = x.numel() // x.shape[1]
+                unbiased = var.detach() * (count / max(count - 1, 1))
+                self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
+                self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
+                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+class LayerNorm:
+    """Normalize over the last len(normalized_shape) dimensions, then scale and shift (elementwise_affine)."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True):  # fmt: skip
+        self.normalized_shape = _tuple(normalized_shape, 1)
+        self.eps = eps
+        self.weight = Tensor.ones(*self.normalized_shape).contiguous() if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape).contiguous() if elementwise_affine and bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.shape[-len(self.normalized_shape) :] != self.normalized_shape:
+            raise ValueError(f"LayerNorm: input of shape {x.shape} does not end in {self.normalized_shape}")
+        axes = tuple(range(-len(self.normalized_shape), 0))
+        x = x.layernorm(axis=axes, eps=self.eps)
+        if self.weight is not None:
+            x = x * self.weight
+        return x + self.bias if self.bias is not None else x
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channels of an (N, C, H, W) tensor."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class RMSNorm:
+    """x / sqrt(mean(x**2) + eps) * weight over the last dimensions, as torch.nn.RMSNorm."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float | None = None,
+                 elementwise_affine: bool = True):  # fmt: skip
+        self.normalized_shape, self.eps = _tuple(normalized_shape, 1), eps
+        self.weight = Tensor.ones(*self.normalized_shape).contiguous() if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.rms_norm(self.normalized_shape, self.weight, self.eps)
+
+
+class GroupNorm:
+    """Normalize groups of channels of an (N, C, ...) tensor, then scale and shift per channel."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups, self.eps = num_groups, eps
+        self.weight = Tensor.ones(num_channels).contiguous() if affine else None
+        self.bias = Tensor.zeros(num_channels).contiguous() if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.group_norm(self.num_groups, self.weight, self.bias, self.eps)
+
+
+class InstanceNorm:
+    """Normalize each channel of each sample over its spatial dimensions (affine off by default, as PyTorch)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
+        self.eps = eps
+        self.weight = Tensor.ones(num_features).contiguous() if affine else None
+        self.bias = Tensor.zeros(num_features).contiguous() if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.group_norm(x.shape[1], self.weight, self.bias, self.eps)
+
+
+InstanceNorm1d = InstanceNorm2d = InstanceNorm3d = InstanceNorm
+
+
+class Embedding:
+    """A lookup table: row i of weight (num_embeddings, embedding_dim) for each index i."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Tensor.randn(num_embeddings, embedding_dim).contiguous()
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if idx.dtype.name not in ("int", "long", "char", "short", "uchar", "ushort", "uint", "ulong"):
+            raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+        # a one-hot mask times the table: one fused kernel, and the gradient flows to the rows used
+        one_hot = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
+        return (one_hot.unsqueeze(-1).where(self.weight, 0.0)).sum(-2)
+
+
+class LSTMCell:
+    """One step of an LSTM, as torch.nn.LSTMCell: returns (h, c)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+        bound = 1 / math.sqrt(hidden_size)
+        self.hidden_size = hidden_size
+        self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
+        self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)
+        self.bias_ih = _uniform((4 * hidden_size,), bound) if bias else None
+        self.bias_hh = _uniform((4 * hidden_size,), bound) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        if hc is None:
+            zeros = Tensor.zeros(*x.shape[:-1], self.hidden_size, device=x.device)
+            hc = (zeros, zeros)
+        h, c = hc
+        gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
+        i, f, g, o = gates.chunk(4, -1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        return o.sigmoid() * c.tanh(), c
