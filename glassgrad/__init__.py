@@ -7,4 +7,6 @@ from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "getenv"]
+from glassgrad import nn  # noqa: E402  (after Tensor: nn is built on it)
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "getenv", "nn"]

@@ -19,7 +19,7 @@ class ProgramSpec:
     name: str
     src: str
     program: tuple[UOp, ...]
-    global_size: tuple[int, ...]
+    global_size: tuple[int, ...] | None  # the size of the loop threads may split; None: the kernel has none
     ops: int
     mem: int
 
@@ -59,9 +59,16 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
     return ops, mem
 
 
+def outer_output_loop(program: list[UOp], output_dims: int) -> UOp | None:
+    """The outermost loop over output elements: its iterations are independent, so threads can split it."""
+    return next((u for u in program if u.op is Ops.RANGE and u.arg < output_dims), None)
+
+
 def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
     program = linearize(full_rewrite_to_sink(ast, renderer))
     name = kernel_name(ast)
     ops, mem = count_ops_and_mem(program)
-    return ProgramSpec(name, renderer.render(name, program), tuple(program), (1,), ops, mem)
+    outer = outer_output_loop(program, len(ast.src[0].src[1].arg.shape))
+    global_size = (outer.src[0].arg,) if outer is not None else None
+    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem)

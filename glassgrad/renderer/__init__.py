@@ -17,5 +17,6 @@ class Renderer:
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
 
-    def render(self, name: str, program: list[UOp]) -> str:
+    def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
+        """Source text for the program; `outer_loop`, if given, is a loop whose iterations are independent."""
         raise NotImplementedError

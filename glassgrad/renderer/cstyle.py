@@ -39,6 +39,7 @@ class CStyleRenderer(Renderer):
 
     kernel_prefix = "void"
     buffer_prefix = ""
+    split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -131,16 +132,17 @@ class CStyleRenderer(Renderer):
             ]
         return lines
 
-    def render(self, name: str, program: list[UOp]) -> str:
+    def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         """The whole C source of one kernel."""
-        return "\n".join(self.prelude(program) + [CKernelWriter(self, program).write(name)]) + "\n"
+        writer = CKernelWriter(self, program, outer_loop if self.split_outer_loop else None)
+        return "\n".join(self.prelude(program) + [writer.write(name)]) + "\n"
 
 
 class CKernelWriter:
     """Walks a linear program once, naming values and writing statements."""
 
-    def __init__(self, renderer: CStyleRenderer, program: list[UOp]):
-        self.r, self.program = renderer, program
+    def __init__(self, renderer: CStyleRenderer, program: list[UOp], outer_loop: UOp | None = None):
+        self.r, self.program, self.outer_loop = renderer, program, outer_loop
         self.names: dict[UOp, str] = {}
         self.lines: list[str] = []
         self.depth = 1
@@ -173,6 +175,8 @@ class CKernelWriter:
         self.params: list[str] = []
         for u in self.program:
             handlers.get(u.op, self.alu)(u)
+        if self.outer_loop is not None:
+            self.params += ["int start", "int end"]
         return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
 
     def define_global(self, u: UOp) -> None:
@@ -184,7 +188,8 @@ class CKernelWriter:
 
     def range(self, u: UOp) -> None:
         name = self.names[u] = f"ridx{u.arg}"
-        self.line(f"for (int {name} = 0; {name} < {self.names[u.src[0]]}; {name}++) {{")
+        start, end = ("start", "end") if u is self.outer_loop else ("0", self.names[u.src[0]])
+        self.line(f"for (int {name} = {start}; {name} < {end}; {name}++) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:
@@ -228,3 +233,4 @@ class CRenderer(CStyleRenderer):
     """Plain C for the CPU device, compiled by gcc or clang."""
 
     device = "CPU"
+    split_outer_loop = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import shutil
@@ -47,7 +48,8 @@ def find_c_compiler() -> str:
 class CCompiler(Compiler):
     """C -> shared library bytes."""
 
-    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-std=gnu11", "-lm"]
+    # -ffp-contract=off: no fused multiply-adds, so every op rounds as the renderer wrote it (float16 needs that)
+    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=gnu11", "-lm"]
 
     def __init__(self):
         self.cc = find_c_compiler()
@@ -67,6 +69,21 @@ class CCompiler(Compiler):
                 return f.read()
 
 
+THREADS = int(os.environ.get("NUM_CPU_THREADS") or os.cpu_count() or 1)
+THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't repay waking the other threads
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(THREADS - 1, 1), thread_name_prefix="glassgrad-cpu")
+
+
+def _run_split(fn, args: list, size: int) -> None:
+    """Split the outer loop [0, size) into one contiguous chunk per thread; this thread runs the first."""
+    threads = min(THREADS, size)
+    bounds = [size * i // threads for i in range(threads + 1)]
+    futures = [_pool.submit(fn, *args, ctypes.c_int(bounds[i]), ctypes.c_int(bounds[i + 1])) for i in range(1, threads)]
+    fn(*args, ctypes.c_int(bounds[0]), ctypes.c_int(bounds[1]))
+    for f in futures:
+        f.result()
+
+
 class CPUProgram(Program):
     """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs)."""
 
@@ -78,10 +95,18 @@ class CPUProgram(Program):
         os.unlink(f.name)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
+        self.single_thread_seconds = 0.0  # until a run says otherwise, a kernel is too small to be worth threads
 
-    def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait: bool = False) -> float | None:
-        start = time.perf_counter() if wait else 0.0
-        self.fn(*(ctypes.c_void_p(b[1]) for b in bufs))
+    def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
+        args = [ctypes.c_void_p(b[1]) for b in bufs]
+        start = time.perf_counter()
+        if global_size is None:  # no loop to split: the kernel takes only its buffers
+            self.fn(*args)
+        elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
+            self.fn(*args, ctypes.c_int(0), ctypes.c_int(global_size[0]))
+            self.single_thread_seconds = time.perf_counter() - start
+        else:
+            _run_split(self.fn, args, global_size[0])
         return time.perf_counter() - start if wait else None
 
 

@@ -35,10 +35,9 @@ class PythonRenderer(Renderer):
 
     device = "PYTHON"
 
-    def render(self, name: str, program: list[UOp]) -> str:
+    def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         position = {u: i for i, u in enumerate(program)}
-        rows = [[u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], u.arg if u.op is not Ops.RANGE else
-                 u.arg] for u in program]  # fmt: skip
+        rows = [[u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], u.arg] for u in program]
         return "\n".join([name] + [json.dumps(row) for row in rows])
 
 
