@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.renderer import Renderer
@@ -26,7 +27,7 @@ class ProgramSpec:
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None) -> UOp:
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
-    sink = graph_rewrite(lower_kernel(ast), symbolic)
+    sink = graph_rewrite(lower_kernel(ast), symbolic + collapse_gathers)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
     return sink

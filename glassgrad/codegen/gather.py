@@ -1,0 +1,60 @@
+"""A sum over a one-hot mask is an indexed load.
+
+Gathering, embedding lookups and advanced indexing are written with primitive ops as
+`sum_r where(r == e, v(r), 0)`: compare every position r with the wanted index e and keep the match.
+As written that reads all n positions; this rule turns it into the one load `v(e)`, guarded by 0 <= e < n.
+"""
+
+from __future__ import annotations
+
+from glassgrad.codegen.linearize import range_deps
+from glassgrad.dtype import dtypes
+from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat
+
+
+def _index_compared_with(cond: UOp, r: UOp) -> UOp | None:
+    """For cond = (a == b) with one side the loop variable r (maybe cast), the other side as an int32 index."""
+    if cond.op is not Ops.CMPNE or cond.src[1].op is not Ops.CONST or cond.src[1].arg is not True:
+        return None
+    ne = cond.src[0]
+    if ne.op is not Ops.CMPNE:
+        return None
+    for a, b in (ne.src, ne.src[::-1]):
+        if b is r or (b.op is Ops.CAST and b.src[0] is r):
+            if r in range_deps(a)[a]:
+                return None
+            return a if a.dtype == dtypes.int32 else a.cast(dtypes.int32)
+    return None
+
+
+def _guard_loads(value: UOp, valid: UOp, changed: set[UOp]) -> UOp:
+    """Add `valid` to the guard of every load whose address changed, so no out-of-range address is read."""
+    mapping: dict[UOp, UOp] = {}
+    for node in value.toposort():
+        src = tuple(mapping.get(s, s) for s in node.src)
+        if node.op is Ops.INDEX and node in changed:
+            guard = valid if len(src) < 3 else (src[2] & valid)
+            mapping[node] = node.replace(src=(src[0], src[1], guard))
+        elif src != node.src:
+            mapping[node] = node.replace(src=src)
+    return mapping.get(value, value)
+
+
+def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
+    """sum_r where(r == e, v(r), 0)  ->  where(0 <= e < n, v(e), 0)."""
+    if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2:
+        return None
+    e = _index_compared_with(cond, r)
+    if e is None:
+        return None
+    valid = (e < r.src[0].arg) & (e < 0).logical_not()
+    deps = range_deps(v)
+    changed = {node for node in deps if node.op is Ops.INDEX and r in deps[node]}
+    return valid.where(_guard_loads(v, valid, changed).substitute({r: e}), zero)
+
+
+collapse_gathers = PatternMatcher([
+    (UPat(Ops.REDUCE, src=(UPat(Ops.WHERE, src=(UPat(name="cond"), UPat(name="v"), UPat.cvar("zero"))),
+                           UPat(Ops.RANGE, name="r")), name="red"), collapse_one_hot_sum),
+])  # fmt: skip
