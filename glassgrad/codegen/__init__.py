@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from glassgrad.codegen.gather import collapse_gathers
+from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import lower_kernel
+from glassgrad.codegen.opt import Opt
+from glassgrad.helpers import NOOPT
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
@@ -23,11 +26,18 @@ class ProgramSpec:
     global_size: tuple[int, ...] | None  # the size of the loop threads may split; None: the kernel has none
     ops: int
     mem: int
+    opts: tuple[Opt, ...] = ()
 
 
-def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None) -> UOp:
+def choose_opts(ast: UOp) -> tuple[Opt, ...]:
+    """The optimization actions a kernel gets: none with NOOPT=1, else the hand-coded heuristics."""
+    return () if NOOPT else tuple(hand_coded_opts(ast))
+
+
+def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple[Opt, ...] | None = None) -> UOp:
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
-    sink = graph_rewrite(lower_kernel(ast), symbolic + collapse_gathers)
+    opts = choose_opts(ast) if opts is None else opts
+    sink = graph_rewrite(lower_kernel(ast, opts), symbolic + collapse_gathers)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
     return sink
@@ -65,11 +75,12 @@ def outer_output_loop(program: list[UOp], output_dims: int) -> UOp | None:
     return next((u for u in program if u.op is Ops.RANGE and u.arg < output_dims), None)
 
 
-def get_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
+def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
-    program = linearize(full_rewrite_to_sink(ast, renderer))
+    opts = choose_opts(ast) if opts is None else opts
+    program = linearize(full_rewrite_to_sink(ast, renderer, opts))
     name = kernel_name(ast)
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, len(ast.src[0].src[1].arg.shape))
     global_size = (outer.src[0].arg,) if outer is not None else None
-    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem)
+    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts)

@@ -23,6 +23,7 @@ class Linearizer:
 
     def __init__(self, sink: UOp):
         self.deps = range_deps(sink)
+        self.reduces = [node for node in sink.toposort() if node.op is Ops.REDUCE]
         self.program: list[UOp] = []
         self.emitted: dict[UOp, UOp] = {}
         self.open: set[UOp] = set()
@@ -58,20 +59,30 @@ class Linearizer:
                 self.emit(node)
 
     def _emit_reduce(self, node: UOp) -> UOp:
-        """acc = identity; for (ranges) { acc = acc op value }; users then read acc."""
+        """acc = identity; for (ranges) { acc = acc op value }; users then read acc.
+
+        Every other reduction over the same loops that can run here joins this loop with its own accumulator."""
         from glassgrad.codegen.lowerer import reduce_identity
 
-        value, ranges = node.src[0], list(node.src[1:])
-        self._emit_ready(value)
-        init = self.emit(node.const_like(reduce_identity(node.arg, node.dtype)))
-        acc = UOp(Ops.DEFINE_ACC, node.dtype, (init,), arg=self.accumulators)
-        self.accumulators += 1
-        self.program.append(acc)
+        ranges = list(node.src[1:])
+        group = [r for r in self.reduces if r.src[1:] == node.src[1:] and r not in self.emitted
+                 and self.deps[r] <= self.open]  # fmt: skip
+        for member in group:
+            self._emit_ready(member.src[0])
+        accs = []
+        for member in group:
+            init = self.emit(member.const_like(reduce_identity(member.arg, member.dtype)))
+            accs.append(UOp(Ops.DEFINE_ACC, member.dtype, (init,), arg=self.accumulators))
+            self.accumulators += 1
+            self.program.append(accs[-1])
         self._open_loops(ranges)
-        update = acc.alu(node.arg, self.emit(value))
-        self.program += [update, UOp(Ops.ASSIGN, node.dtype, (acc, update))]
+        for member, acc in zip(group, accs):
+            update = acc.alu(member.arg, self.emit(member.src[0]))
+            self.program += [update, UOp(Ops.ASSIGN, member.dtype, (acc, update))]
         self._close_loops(ranges)
-        return acc
+        for member, acc in zip(group, accs):
+            self.emitted[member] = acc
+        return self.emitted[node]
 
 
 def linearize(sink: UOp) -> list[UOp]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+from glassgrad.codegen.opt import Opt
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -26,11 +29,17 @@ def unravel(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
 
 
 class Lowerer:
-    """Computes the value of each AST node at given index expressions, memoized per (node, indices)."""
+    """Computes the value of each AST node at given index expressions, memoized per (node, indices).
 
-    def __init__(self, first_free_axis: int):
+    `unroll` maps a reduced axis to a number of lanes: that loop then runs size/lanes times and each
+    iteration combines `lanes` values, which the C compiler can keep in registers and vectorize.
+    """
+
+    def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None):
         self.next_axis = first_free_axis
+        self.unroll = unroll or {}
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
+        self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
 
     def value(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         key = (node, idxs)
@@ -60,20 +69,43 @@ class Lowerer:
         inner = self.value(node.src[0], tuple(unravel(flat, node.src[0].shape)))
         return inner if _is_true(valid) else valid.where(inner, inner.const_like(0))
 
+    def _ranges_of(self, node: UOp) -> dict[int, UOp]:
+        """One loop per reduced axis of a REDUCE_AXIS node, shared by every place the node is lowered, so that
+        reductions evaluated at several output positions (upcast lanes) run in one loop."""
+        if node not in self.reduce_ranges:
+            ranges = {}
+            for axis in node.arg[1]:
+                size = node.src[0].shape[axis]
+                ranges[axis] = make_range(self.next_axis, size // self.unroll.get(axis, 1))
+                self.next_axis += 1
+            self.reduce_ranges[node] = ranges
+        return self.reduce_ranges[node]
+
     def _lower_reduce(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
-        """A reduction opens a new loop for each reduced axis and accumulates over it."""
+        """A reduction opens a loop for each reduced axis and accumulates over it (unrolled lanes combined first)."""
         op, axes = node.arg
         src = node.src[0]
-        inner, ranges = list(idxs), []
-        for axis in axes:
-            inner[axis] = make_range(self.next_axis, src.shape[axis])
-            self.next_axis += 1
-            if inner[axis].op is Ops.RANGE:
-                ranges.append(inner[axis])
-        value = self.value(src, tuple(inner))
         if prod(src.shape[a] for a in axes) == 0:
-            return value.const_like(reduce_identity(op, value.dtype))
-        return UOp(Ops.REDUCE, value.dtype, (value, *ranges), arg=op) if ranges else value
+            return UOp.const(node.dtype, reduce_identity(op, node.dtype))
+        ranges = self._ranges_of(node)
+        lanes = []
+        for combo in itertools.product(*(range(self.unroll.get(a, 1)) for a in axes)):
+            inner = list(idxs)
+            for axis, lane in zip(axes, combo):
+                amount = self.unroll.get(axis, 1)
+                inner[axis] = ranges[axis] * amount + lane if amount > 1 else ranges[axis]
+            lanes.append(self.value(src, tuple(inner)))
+        value = combine_tree(op, lanes)
+        loops = [r for r in ranges.values() if r.op is Ops.RANGE]
+        return UOp(Ops.REDUCE, value.dtype, (value, *loops), arg=op) if loops else value
+
+
+def combine_tree(op: Ops, values: list[UOp]) -> UOp:
+    """values[0] op values[1] op ... as a balanced tree, so the terms can be computed side by side."""
+    while len(values) > 1:
+        pairs = [values[i].alu(op, values[i + 1]) for i in range(0, len(values) - 1, 2)]
+        values = pairs + ([values[-1]] if len(values) % 2 else [])
+    return values[0]
 
 
 def reduce_identity(op: Ops, dtype) -> object:
@@ -96,15 +128,23 @@ def load(buf: UOp, idx: UOp, valid: UOp) -> UOp:
     return UOp(Ops.LOAD, base, (index,))
 
 
-def lower_kernel(ast: UOp) -> UOp:
-    """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops."""
+def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = ()) -> UOp:
+    """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops.
+
+    UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator)."""
     stores = []
     shape = ast.src[0].src[1].arg.shape
-    out_ranges = tuple(make_range(axis, size) for axis, size in enumerate(shape))
-    lowerer = Lowerer(first_free_axis=len(shape))
-    for store in ast.src:
-        buf, view, value = store.src
-        idx, valid = view.arg.to_indexed(list(out_ranges))
-        index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
-        stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, out_ranges))))
+    if prod(shape) == 0:  # nothing to compute: an empty output
+        return UOp(Ops.SINK, dtypes.void, (), arg=ast.arg)
+    upcast = {o.axis: o.amount for o in opts if o.op == "UPCAST"}
+    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    out_ranges = [make_range(axis, size // upcast.get(axis, 1)) for axis, size in enumerate(shape)]
+    lowerer = Lowerer(first_free_axis=len(shape), unroll=unroll)
+    for combo in itertools.product(*(range(upcast.get(a, 1)) for a in range(len(shape)))):
+        idxs = tuple(r * upcast[a] + lane if a in upcast else r for a, (r, lane) in enumerate(zip(out_ranges, combo)))
+        for store in ast.src:
+            buf, view, value = store.src
+            idx, valid = view.arg.to_indexed(list(idxs))
+            index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
+            stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs))))
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=ast.arg)

@@ -48,6 +48,7 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
             print("--- linear program ---\n" + "\n".join(f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} "
                   f"{[spec.program.index(s) for s in u.src]} {u.arg!r}" for i, u in enumerate(spec.program)))
         if DEBUG >= 3:
+            print(f"optimizations: {list(spec.opts) or 'none'}")
             print(spec.src)
         _kernels[key] = CompiledKernel(device, spec, dev.load(spec.name, spec.src))
     return _kernels[key]
@@ -98,6 +99,9 @@ def lower_item(item: ScheduleItem) -> ExecItem:
 def run_schedule(schedule: list[ScheduleItem]) -> None:
     """Run each item in order: copies move bytes, kernels run compiled programs."""
     for item in schedule:
+        if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy
+            buffer_of(item.bufs[0]).ensure_allocated()
+            continue
         exec_item = lower_item(item)
         exec_item.run()
         for captured in capturing:

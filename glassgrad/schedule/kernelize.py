@@ -205,6 +205,14 @@ def _kernel(out: UOp, sources: list[UOp], ast: UOp) -> UOp:
     return UOp(Ops.ASSIGN, out.dtype, (out if out.op is Ops.BUFFER else out.src[0], kernel))
 
 
+def _drop_unit_reshapes(node: UOp) -> UOp:
+    """Under reshapes that only add or remove size-1 dimensions the data is in the same order: a kernel can store
+    the inner node directly, which keeps a reduction's output axes lined up with its input axes."""
+    while node.op is Ops.RESHAPE and [s for s in node.shape if s != 1] == [s for s in node.src[0].shape if s != 1]:
+        node = node.src[0]
+    return node
+
+
 def build_kernel(point: UOp) -> UOp:
     """The ASSIGN(BUFFER, KERNEL) that computes `point`, whose realized inputs are BUFFER or ASSIGN nodes."""
     if point.op is Ops.COPY:
@@ -214,8 +222,8 @@ def build_kernel(point: UOp) -> UOp:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
     else:
-        value = point.src[0] if point.op is Ops.CONTIGUOUS else point
-        out, store_st = new_buffer(point.device, point.size, point.dtype), ShapeTracker.from_shape(point.shape)
+        value = _drop_unit_reshapes(point.src[0] if point.op is Ops.CONTIGUOUS else point)
+        out, store_st = new_buffer(point.device, point.size, point.dtype), ShapeTracker.from_shape(value.shape)
     inputs: dict[UOp, int] = {}
     ast_value = _to_ast(value, inputs)
     out_buffer = out if out.op is Ops.BUFFER else out.src[0]
