@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from glassgrad.codegen.opt import Opt
+from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
 
 MAX_LANES = 32  # outputs computed per iteration: enough registers to hide latency, few enough not to spill
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
-
-
-def _main_reduce(ast: UOp) -> UOp | None:
-    """The outermost REDUCE_AXIS of the kernel: the one whose loops the heuristics shape."""
-    value = ast.src[0].src[2]
-    for node in reversed(value.toposort()):
-        if node.op is Ops.REDUCE_AXIS:
-            return node
-    return None
 
 
 def _load_strides(ast: UOp, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -35,7 +26,7 @@ def hand_coded_opts(ast: UOp) -> list[Opt]:
     UNROLL short reduced axes; for a plain reduction, UNROLL its innermost axis to break the add chain."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
-    reduce = _main_reduce(ast)
+    reduce = main_reduce(ast)
     if reduce is None:
         return []
     full = reduce.src[0].shape

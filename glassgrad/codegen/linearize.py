@@ -88,9 +88,9 @@ class Linearizer:
 def linearize(sink: UOp) -> list[UOp]:
     """The program for a lowered SINK: buffer definitions, then the output loops around the stores."""
     lin = Linearizer(sink)
-    for node in sink.toposort():
-        if node.op is Ops.DEFINE_GLOBAL:
-            lin.emit(node)
+    # every buffer argument, in argument order: the caller passes buffers by position
+    for node in sorted((n for n in sink.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg):
+        lin.emit(node)
     out_ranges = sorted({r for r in lin.deps[sink]}, key=lambda r: r.arg)
     lin._open_loops(out_ranges)
     for store in sink.src:

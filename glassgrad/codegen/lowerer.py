@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from glassgrad.codegen.opt import Opt
+from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -35,9 +35,9 @@ class Lowerer:
     iteration combines `lanes` values, which the C compiler can keep in registers and vectorize.
     """
 
-    def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None):
+    def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None):
         self.next_axis = first_free_axis
-        self.unroll = unroll or {}
+        self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL acts on the loops of one REDUCE_AXIS
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
 
@@ -66,8 +66,11 @@ class Lowerer:
     def _lower_view(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         """A view over an expression: index the expression through the view; outside its mask it is 0."""
         flat, valid = node.arg.to_indexed(list(idxs))
-        inner = self.value(node.src[0], tuple(unravel(flat, node.src[0].shape)))
+        inner = node.src[0] if node.src[0].op is Ops.CONST else self.value(node.src[0], tuple(unravel(flat, node.src[0].shape)))
         return inner if _is_true(valid) else valid.where(inner, inner.const_like(0))
+
+    def _unroll(self, node: UOp, axis: int) -> int:
+        return self.unroll.get(axis, 1) if node is self.unrolled else 1
 
     def _ranges_of(self, node: UOp) -> dict[int, UOp]:
         """One loop per reduced axis of a REDUCE_AXIS node, shared by every place the node is lowered, so that
@@ -76,7 +79,7 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
-                ranges[axis] = make_range(self.next_axis, size // self.unroll.get(axis, 1))
+                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis))
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
         return self.reduce_ranges[node]
@@ -89,10 +92,10 @@ class Lowerer:
             return UOp.const(node.dtype, reduce_identity(op, node.dtype))
         ranges = self._ranges_of(node)
         lanes = []
-        for combo in itertools.product(*(range(self.unroll.get(a, 1)) for a in axes)):
+        for combo in itertools.product(*(range(self._unroll(node, a)) for a in axes)):
             inner = list(idxs)
             for axis, lane in zip(axes, combo):
-                amount = self.unroll.get(axis, 1)
+                amount = self._unroll(node, axis)
                 inner[axis] = ranges[axis] * amount + lane if amount > 1 else ranges[axis]
             lanes.append(self.value(src, tuple(inner)))
         value = combine_tree(op, lanes)
@@ -132,14 +135,15 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = ()) -> UOp:
     """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops.
 
     UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator)."""
-    stores = []
+    # every buffer stays a kernel argument, even one no value needs (an empty input, an empty output)
+    stores: list[UOp] = sorted((n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg)
     shape = ast.src[0].src[1].arg.shape
     if prod(shape) == 0:  # nothing to compute: an empty output
-        return UOp(Ops.SINK, dtypes.void, (), arg=ast.arg)
+        return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=ast.arg)
     upcast = {o.axis: o.amount for o in opts if o.op == "UPCAST"}
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     out_ranges = [make_range(axis, size // upcast.get(axis, 1)) for axis, size in enumerate(shape)]
-    lowerer = Lowerer(first_free_axis=len(shape), unroll=unroll)
+    lowerer = Lowerer(first_free_axis=len(shape), unroll=unroll, unrolled=main_reduce(ast))
     for combo in itertools.product(*(range(upcast.get(a, 1)) for a in range(len(shape)))):
         idxs = tuple(r * upcast[a] + lane if a in upcast else r for a, (r, lane) in enumerate(zip(out_ranges, combo)))
         for store in ast.src:

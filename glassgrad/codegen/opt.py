@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glassgrad.uop.ops import Ops, UOp
+
 
 @dataclass(frozen=True)
 class Opt:
@@ -16,3 +18,11 @@ class Opt:
 
     def __repr__(self) -> str:
         return f"{self.op}({self.axis}, {self.amount})"
+
+
+def main_reduce(ast: UOp) -> UOp | None:
+    """The outermost REDUCE_AXIS of a kernel: the one whose loops UNROLL acts on."""
+    for node in reversed(ast.src[0].src[2].toposort() if ast.src and ast.src[0].op is Ops.STORE else []):
+        if node.op is Ops.REDUCE_AXIS:
+            return node
+    return None

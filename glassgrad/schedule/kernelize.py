@@ -175,12 +175,6 @@ fold_movement = PatternMatcher([
      lambda v, x: x if v.arg.contiguous and v.arg.shape == x.shape else None),
 ])  # fmt: skip
 
-# Once every view is folded: a constant looks the same from every index, unless padding masks part of it.
-drop_const_views = PatternMatcher([
-    (UPat(Ops.VIEW, src=(UPat((Ops.CONST,), name="c"),), name="v"),
-     lambda v, c: c if all(view.mask is None for view in v.arg.views) else None),
-])  # fmt: skip
-
 
 def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
     """The value graph of a kernel with realized inputs as LOADs and Tensor-level nodes made kernel-level."""
@@ -196,7 +190,7 @@ def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
             done[node] = done[node.src[0]]
         elif node.op is not Ops.DEVICE:
             done[node] = node.replace(src=tuple(done[s] for s in node.src))
-    return graph_rewrite(graph_rewrite(done[value], fold_movement), drop_const_views)
+    return graph_rewrite(done[value], fold_movement)
 
 
 def _kernel(out: UOp, sources: list[UOp], ast: UOp) -> UOp:
