@@ -111,6 +111,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
 
     on_path = _on_path(root, targets)
     grads: dict[UOp, Tensor] = {root: Tensor(root_grad)}
+    blocked_cast: UOp | None = None
     for node in reversed(root.toposort()):
         if node not in grads or node.op in NO_GRADIENT:
             continue
@@ -119,12 +120,15 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         g = grads[node]
         if node.op is Ops.CAST and not dtypes.is_float(node.src[0].dtype):
             if node.src[0] in on_path:
-                raise TypeError(f"backward: the graph casts from {node.src[0].dtype} to {node.dtype}; gradients "
-                                "cannot flow through an integer or bool value")  # fmt: skip
+                blocked_cast = node  # no gradient flows through an integer or bool value
             continue
         inputs = [Tensor(s) for s in node.src]
         for src, src_grad in zip(node.src, DERIVATIVES[node.op](g, node, *inputs, Tensor(node))):
             if src_grad is None or src not in on_path:
                 continue
             grads[src] = grads[src] + src_grad if src in grads else src_grad
+    if blocked_cast is not None and not any(t in grads for t in targets):
+        raise TypeError(f"backward: the graph casts from {blocked_cast.src[0].dtype} to {blocked_cast.dtype} between a "
+                        "tensor that requires grad and the output; gradients cannot flow through an integer or bool "
+                        "value (cast to a float dtype instead)")  # fmt: skip
     return {t: grads[t].uop for t in targets if t in grads}

@@ -251,17 +251,20 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         timed_realize_summary(start, before)
         return self
 
+    @staticmethod
+    def _pending_assigns() -> list[Tensor]:
+        """Live tensors with an assign that has not run yet."""
+        return [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.uop.op is Ops.ASSIGN]
+
     def contiguous(self) -> Tensor:
         """A tensor with its own buffer in row-major order (a no-op if this one already is)."""
+        if self._is_contiguous_buffer():
+            return self
         return Tensor._derived(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), self)
 
     def detach(self) -> Tensor:
         """The same values, cut from the autograd graph."""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
-
-    def relu(self) -> Tensor:
-        """max(x, 0), with gradient 0 at 0 as in PyTorch."""
-        return (self > 0).where(self, 0)
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write `value` into this tensor's buffer (lazily); the tensor keeps its identity and storage."""
@@ -348,6 +351,19 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return Tensor.full(_shape_arg(shape, "ones"), 1.0, dtype or dtypes.default_float, device, **kwargs)
 
     @staticmethod
+    def frombuffer(data: bytes | bytearray | memoryview, dtype: DType | str, shape: Sequence[int] | None = None,
+                   device: str | None = None) -> Tensor:  # fmt: skip
+        """A tensor holding a copy of raw bytes, read as `dtype` (row-major, little-endian)."""
+        dtype, raw = to_dtype(dtype), bytes(data)
+        if len(raw) % dtype.itemsize:
+            raise ValueError(f"frombuffer: {len(raw)} bytes is not a whole number of {dtype} ({dtype.itemsize} bytes)")
+        shape = (len(raw) // dtype.itemsize,) if shape is None else tuple(shape)
+        if prod(shape) * dtype.itemsize != len(raw):
+            raise ValueError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
+        device = Device.canonicalize(device or Device.DEFAULT)
+        return Tensor(_uop_from_bytes(raw, dtype, shape, device))
+
+    @staticmethod
     def empty(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
         """A tensor whose values are not set (backed by a fresh buffer)."""
         shape = _shape_arg(shape, "empty")
@@ -396,49 +412,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def randn_like(self, **kwargs) -> Tensor:
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
         return Tensor.randn(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
-
-    # ---- random numbers: a counter-based generator computed by kernels, the same on every device ----
-
-    @staticmethod
-    def manual_seed(seed: int = 0) -> None:
-        """Make the random functions reproducible from `seed`."""
-        Tensor._seed, Tensor._rng_counter = seed, 0
-
-    @staticmethod
-    def _random_bits(count: int, device: str) -> Tensor:
-        """`count` uint32 values from a hash of (seed, counter): each call advances the counter."""
-        state = Tensor([Tensor._seed & 0xFFFFFFFF, Tensor._rng_counter & 0xFFFFFFFF], device=device, dtype=dtypes.uint32)
-        Tensor._rng_counter += count
-        counter = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count)).cast(dtypes.uint32)
-        return _mix32(_mix32(counter + state[1]) ^ state[0])
-
-    @staticmethod
-    def rand(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
-        """Uniform random values in [0, 1)."""
-        shape = _shape_arg(shape, "rand")
-        device = Device.canonicalize(device or Device.DEFAULT)
-        bits = Tensor._random_bits(prod(shape), device)
-        # the top 24 bits make a float32 in [0, 1) with every value equally likely
-        uniform = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-        return uniform.cast(dtype or dtypes.default_float).reshape(shape).requires_grad_(kwargs.get("requires_grad"))
-
-    @staticmethod
-    def randn(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
-        """Standard normal random values (Box-Muller)."""
-        shape = _shape_arg(shape, "randn")
-        pair = Tensor.rand(2, *shape, dtype=dtypes.float32, device=device)
-        radius = (1 - pair[0]).log().mul(-2).sqrt()
-        normal = radius * (pair[1] * (2 * math.pi)).cos()
-        return normal.cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
-
-    @staticmethod
-    def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None,
-                **kwargs) -> Tensor:  # fmt: skip
-        """Uniform random integers in [low, high)."""
-        if high <= low:
-            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-        uniform = Tensor.rand(*shape, dtype=dtypes.float32, device=device)
-        return (uniform * (high - low)).floor().cast(dtypes.int32).add(low).cast(dtype)
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
         """Mark this tensor as a leaf whose gradient backward() computes (or not)."""
@@ -568,29 +541,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         except ValueError:
             raise ValueError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
 
-    def pad(self, padding: Sequence[int] | Sequence[tuple[int, int] | None], value: float = 0.0) -> Tensor:
-        """Pad with `value`: either ((before, after) or None per dim), or PyTorch's flat list from the last dim."""
-        if all(isinstance(p, int) for p in padding):
-            if len(padding) % 2 or len(padding) // 2 > self.ndim:
-                raise ValueError(f"pad: a flat padding needs pairs for at most {self.ndim} dims, got {padding}")
-            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
-            arg = [(0, 0)] * (self.ndim - len(pairs)) + pairs[::-1]
-        else:
-            if len(padding) != self.ndim:
-                raise ValueError(f"pad: need one (before, after) pair per dimension of {self.shape}, got {padding}")
-            arg = [(0, 0) if p is None else tuple(p) for p in padding]
-        if any(b < 0 or a < 0 for b, a in arg):  # negative padding crops, as in PyTorch
-            crop = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(arg, self.shape))
-            return self.shrink(crop).pad(tuple((max(b, 0), max(a, 0)) for b, a in arg), value)
-        arg = tuple((int(b), int(a)) for b, a in arg)
-        if all(p == (0, 0) for p in arg):
-            return self
-        padded = self._movement(Ops.PAD, arg)
-        if value == 0:
-            return padded
-        mask = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, arg)
-        return mask.where(padded, value)
-
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """Crop each dimension to [start, end) (None keeps it whole)."""
         if len(arg) != self.ndim:
@@ -640,12 +590,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             return self.reshape(1)
         start, end = self._axis(start_dim, "flatten"), self._axis(end_dim, "flatten")
         return self.reshape(self.shape[:start] + (prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
-
-    def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing: ints, slices (any step), None and Ellipsis."""
-        from glassgrad.indexing import basic_index
-
-        return basic_index(self, index)
 
     # ---- elementwise ----
 
@@ -796,12 +740,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         x, y = self._binary_operands(other, ">", reverse=True)
         return x._alu(Ops.CMPLT, y)
 
-    def __ge__(self, other: Any) -> Tensor:
-        return (self < other).logical_not()
-
-    def __le__(self, other: Any) -> Tensor:
-        return (self > other).logical_not()
-
     def ne(self, other: Any) -> Tensor:
         """Elementwise !=."""
         x, y = self._binary_operands(other, "!=")
@@ -850,66 +788,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def rshift(self, bits: Any) -> Tensor:
         return self._bitwise(Ops.SHR, bits, ">>")
 
-    # unary math
-
-    def exp(self) -> Tensor:
-        """e ** x."""
-        return self._float_input().mul(1 / math.log(2))._alu(Ops.EXP2)
-
-    def exp2(self) -> Tensor:
-        return self._float_input()._alu(Ops.EXP2)
-
-    def log(self) -> Tensor:
-        """Natural logarithm."""
-        return self._float_input()._alu(Ops.LOG2).mul(math.log(2))
-
-    def log2(self) -> Tensor:
-        return self._float_input()._alu(Ops.LOG2)
-
-    def sqrt(self) -> Tensor:
-        return self._float_input()._alu(Ops.SQRT)
-
-    def rsqrt(self) -> Tensor:
-        return self.sqrt().reciprocal()
-
-    def reciprocal(self) -> Tensor:
-        return self._float_input()._alu(Ops.RECIP)
-
-    def sin(self) -> Tensor:
-        return self._float_input()._alu(Ops.SIN)
-
-    def cos(self) -> Tensor:
-        return (math.pi / 2 - self._float_input()).sin()
-
-    def trunc(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._alu(Ops.TRUNC)
-
-    def floor(self) -> Tensor:
-        t = self.trunc()
-        return (t > self).where(t - 1, t) if dtypes.is_float(self.dtype) else t
-
-    def ceil(self) -> Tensor:
-        t = self.trunc()
-        return (t < self).where(t + 1, t) if dtypes.is_float(self.dtype) else t
-
-    def sigmoid(self) -> Tensor:
-        return (1 + (-self._float_input()).exp()).reciprocal()
-
-    def tanh(self) -> Tensor:
-        return 2 * (2 * self._float_input()).sigmoid() - 1
-
-    def abs(self) -> Tensor:
-        return self if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype) else self.maximum(-self)
-
-    def square(self) -> Tensor:
-        return self * self
-
-    def pow(self, exponent: Any, reverse: bool = False) -> Tensor:
-        """Elementwise power (small whole exponents become multiplications)."""
-        from glassgrad.tensor_math import power
-
-        return power(self, exponent, reverse)
-
     # ---- reductions ----
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
@@ -920,33 +798,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dtype: DType | str | None = None) -> Tensor:  # fmt: skip
-        """Sum over `axis` (all axes when None); bools and small ints sum as int32."""
-        x = self.cast(dtype) if dtype is not None else self
-        if dtype is None and (x.dtype == dtypes.bool or (dtypes.is_int(x.dtype) and x.dtype.itemsize < 4)):
-            x = x.cast(dtypes.uint32 if dtypes.is_unsigned(x.dtype) else dtypes.int32)
-        return x._reduce(Ops.ADD, axis, keepdim, "sum")
-
-    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Product over `axis`."""
-        return self._reduce(Ops.MUL, axis, keepdim, "prod")
-
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Maximum over `axis`."""
-        return self._reduce(Ops.MAX, axis, keepdim, "max")
-
-    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Minimum over `axis`."""
-        return self._inverted().max(axis, keepdim)._inverted()
-
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Average over `axis` (integer inputs give floats)."""
-        total = self._float_input().sum(axis, keepdim)
-        axes = range(self.ndim) if axis is None else _axes_set(axis, self.ndim)
-        count = prod(self.shape[i] for i in axes)
-        return total.div(count) if count else total * math.nan
 
     # ---- Python operators ----
 
@@ -1038,10 +889,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 # ---- helpers for the class above ----
 
 
-def _axes_set(axis, ndim: int) -> set[int]:
-    return {a % max(ndim, 1) for a in ((axis,) if isinstance(axis, int) else axis)}
-
-
 def _chain(node: UOp) -> list[UOp]:
     chain = []
     while node.op in GroupOp.Movement:
@@ -1050,17 +897,8 @@ def _chain(node: UOp) -> list[UOp]:
     return chain
 
 
-def _mix32(x: Tensor) -> Tensor:
-    """A 32-bit integer hash (murmur3's finalizer): every input bit affects every output bit."""
-    x = x ^ (x >> 16)
-    x = x * 0x85EBCA6B
-    x = x ^ (x >> 13)
-    x = x * 0xC2B2AE35
-    return x ^ (x >> 16)
-
-
 def _infer_dtype(values: list[Any]) -> DType:
-    if any(isinstance(v, float) for v in values):
+    if not values or any(isinstance(v, float) for v in values):  # an empty list is float32, as in PyTorch
         return dtypes.default_float
     if values and all(isinstance(v, bool) for v in values):
         return dtypes.bool
@@ -1095,10 +933,10 @@ def _check_device_holds(device: str, dtype: DType) -> None:
 
 def _shape_arg(shape: Any, op: str, allow_negative_one: bool = False) -> tuple[int, ...]:
     """Accept f(2, 3), f((2, 3)) and f([2, 3]) alike; sizes must be non-negative ints."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    elif isinstance(shape, int):
+    if isinstance(shape, int):
         shape = (shape,)
+    elif len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
     out = tuple(shape)
     for s in out:
         if not isinstance(s, int) or isinstance(s, bool) or (s < 0 and not (allow_negative_one and s == -1)):
@@ -1128,11 +966,21 @@ def _resolve(node: UOp) -> UOp:
 
 
 def _current(root: UOp) -> UOp:
-    """A graph with every node that was realized or kernelized since it was built replaced by what stands for it."""
+    """A graph with every node that was realized or kernelized since it was built replaced by what stands for it.
+
+    Each rebuilt node is remembered too, so a tensor still pointing at the old node follows it later."""
     if not _replaced:
         return root
-    mapping = {node: _resolve(node) for node in root.toposort() if node in _replaced}
-    return root.substitute(mapping) if mapping else root
+    new: dict[UOp, UOp] = {}
+    for node in root.toposort():
+        if node in _replaced:
+            new[node] = _resolve(node)
+            continue
+        src = tuple(new[s] for s in node.src)
+        new[node] = node if src == node.src else node.replace(src=src)
+        if new[node] is not node:
+            _replaced[node] = new[node]
+    return new[root]
 
 
 def _become(mapping: dict[UOp, UOp]) -> None:
@@ -1143,6 +991,6 @@ def _become(mapping: dict[UOp, UOp]) -> None:
         _replaced[key] = value
     for ref in list(_all_tensors.values()):
         t = ref()
-        if t is not None and t.uop in mapping:
-            t._set_uop(mapping[t.uop])
+        if t is not None and t.uop in _replaced:
+            t._set_uop(_resolve(t.uop))
 
