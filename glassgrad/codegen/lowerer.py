@@ -5,25 +5,33 @@ from __future__ import annotations
 import itertools
 
 from glassgrad.codegen.opt import Opt, main_reduce
-from glassgrad.dtype import dtypes
+from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 IDX = dtypes.int  # index arithmetic is int32
 
 
-def make_range(axis: int, size: int) -> UOp:
+def make_range(axis: int, size: int, dtype=IDX) -> UOp:
     """A loop variable running 0 .. size-1; a size-1 dimension needs no loop and is the constant 0."""
     if size == 1:
-        return UOp.const(IDX, 0)
-    return UOp(Ops.RANGE, IDX, (UOp.const(IDX, size),), arg=axis)
+        return UOp.const(dtype, 0)
+    return UOp(Ops.RANGE, dtype, (UOp.const(dtype, size),), arg=axis)
+
+
+def index_dtype(ast: UOp) -> DType:
+    """int32 index math, unless some view spans 2**31 elements or more: then int64, so no index wraps."""
+    for node in ast.toposort():
+        if node.op is Ops.VIEW and any(prod(v.shape) >= 2**31 for v in node.arg.views):
+            return dtypes.int64
+    return IDX
 
 
 def unravel(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
     """Row-major multi-index of a flat index into `shape`."""
     idxs, stride = [], 1
     for size in reversed(shape):
-        idxs.append(UOp.const(IDX, 0) if size == 1 else (flat // stride) % size)
+        idxs.append(flat.const_like(0) if size == 1 else (flat // stride) % size)
         stride *= size
     return list(reversed(idxs))
 
@@ -35,8 +43,9 @@ class Lowerer:
     iteration combines `lanes` values, which the C compiler can keep in registers and vectorize.
     """
 
-    def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None):
-        self.next_axis = first_free_axis
+    def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None,
+                 idx_dtype: DType = IDX):  # fmt: skip
+        self.next_axis, self.idx_dtype = first_free_axis, idx_dtype
         self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL acts on the loops of one REDUCE_AXIS
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
@@ -51,7 +60,7 @@ class Lowerer:
         if node.op is Ops.CONST:
             return node
         if node.op is Ops.ARANGE:
-            return idxs[0]
+            return idxs[0].cast(node.dtype)
         if node.op is Ops.LOAD:
             buf, view = node.src
             return load(buf, *view.arg.to_indexed(list(idxs)))
@@ -79,7 +88,7 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
-                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis))
+                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
         return self.reduce_ranges[node]
@@ -142,8 +151,9 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = ()) -> UOp:
         return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=ast.arg)
     upcast = {o.axis: o.amount for o in opts if o.op == "UPCAST"}
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
-    out_ranges = [make_range(axis, size // upcast.get(axis, 1)) for axis, size in enumerate(shape)]
-    lowerer = Lowerer(first_free_axis=len(shape), unroll=unroll, unrolled=main_reduce(ast))
+    idx_dtype = index_dtype(ast)
+    out_ranges = [make_range(axis, size // upcast.get(axis, 1), idx_dtype) for axis, size in enumerate(shape)]
+    lowerer = Lowerer(len(shape), unroll, main_reduce(ast), idx_dtype)
     for combo in itertools.product(*(range(upcast.get(a, 1)) for a in range(len(shape)))):
         idxs = tuple(r * upcast[a] + lane if a in upcast else r for a, (r, lane) in enumerate(zip(out_ranges, combo)))
         for store in ast.src:

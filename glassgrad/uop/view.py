@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
@@ -39,25 +39,30 @@ class View:
         offset: int = 0,
         mask: Sequence[Range] | None = None,
     ) -> View:
-        """The canonical view of these parts; row-major strides when none are given."""
+        """The canonical view of these parts (row-major strides when none are given).
+
+        Size-1 dims get stride 0; a mask that covers everything becomes None; a mask that covers nothing makes the
+        one all-padding view of this shape; a masked dim valid at one index gets stride 0 (its address goes into the
+        offset); a zero-size shape gives the contiguous view.
+        """
         shape = _as_shape(shape, "view")
         strides = strides_for_shape(shape) if strides is None else tuple(strides)
         if len(strides) != len(shape) or (mask is not None and len(mask) != len(shape)):
             raise ValueError(f"view: shape {shape} needs one stride and one mask range per dim, got {strides}, {mask}")
         if 0 in shape:  # no elements, so every zero-size view of this shape reads the same (nothing)
             return View(shape, strides_for_shape(shape), 0, None)
-        strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+        strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides, strict=True))
         if mask is None:
             return View(shape, strides, offset, None)
-        mask = tuple((max(lo, 0), min(hi, s)) for (lo, hi), s in zip(mask, shape))
+        mask = tuple((max(lo, 0), min(hi, s)) for (lo, hi), s in zip(mask, shape, strict=True))
         if any(lo >= hi for lo, hi in mask):  # nothing is valid: one form for all such views
             return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape))
-        if all(r == (0, s) for r, s in zip(mask, shape)):
+        if all(r == (0, s) for r, s in zip(mask, shape, strict=True)):
             return View(shape, strides, offset, None)
         # a dim whose mask keeps one index reads one address: fold that address into the offset
         pinned = [hi - lo == 1 for lo, hi in mask]
-        offset += sum(lo * st for (lo, _), st, pin in zip(mask, strides, pinned) if pin)
-        strides = tuple(0 if pin else st for st, pin in zip(strides, pinned))
+        offset += sum(lo * st for (lo, _), st, pin in zip(mask, strides, pinned, strict=True) if pin)
+        strides = tuple(0 if pin else st for st, pin in zip(strides, pinned, strict=True))
         return View(shape, strides, offset, mask)
 
     # ---- movement ----
@@ -76,7 +81,7 @@ class View:
         if self.all_invalid:  # a 0-dim view has no mask, so it can't be all padding
             return View.create(new_shape, mask=((0, 0),) * len(new_shape)) if new_shape else None
         # Size-1 dims carry nothing (stride 0, full range): reshape the other dims, then put the 1s back.
-        old = [(s, st, r) for s, st, r in zip(self.shape, self.strides, self._ranges()) if s != 1]
+        old = [(s, st, r) for s, st, r in zip(self.shape, self.strides, self._ranges(), strict=True) if s != 1]
         sizes = [s for s in new_shape if s != 1]
         offset, dims = self.offset, []
         for old_group, new_group in _equal_product_groups([s for s, _, _ in old], sizes):
@@ -105,14 +110,15 @@ class View:
 
     def expand(self, new_shape: Sequence[int]) -> View:
         """Size-1 dims repeated to `new_shape` with stride 0 (np.broadcast_to)."""
-        new_shape = _as_shape(new_shape, "expand")
-        if len(new_shape) != len(self.shape) or any(s not in (ns, 1) for s, ns in zip(self.shape, new_shape)):
-            raise ValueError(f"expand: can't expand {self.shape} to {new_shape}: only size-1 dims can grow")
-        strides = tuple(st if s == ns else 0 for s, ns, st in zip(self.shape, new_shape, self.strides))
+        shape = _as_shape(new_shape, "expand")
+        if len(shape) != len(self.shape) or any(s not in (ns, 1) for s, ns in zip(self.shape, shape, strict=True)):
+            raise ValueError(f"expand: can't expand {self.shape} to {shape}: only size-1 dims can grow")
+        strides = tuple(st if s == ns else 0 for s, ns, st in zip(self.shape, shape, self.strides, strict=True))
         mask = None
         if self.mask is not None:  # a size-1 dim's range is (0, 1), or (0, 0) when the view is all padding
-            mask = tuple((0, ns) if s != ns and r == (0, 1) else r for s, ns, r in zip(self.shape, new_shape, self.mask))
-        return View.create(new_shape, strides, self.offset, mask)
+            grown = zip(self.shape, shape, self.mask, strict=True)
+            mask = tuple((0, ns) if s != ns and r == (0, 1) else r for s, ns, r in grown)
+        return View.create(shape, strides, self.offset, mask)
 
     def pad(self, arg: Sequence[Range]) -> View:
         """Zeros added before and after each dim (np.pad); the new elements are masked out."""
@@ -121,34 +127,35 @@ class View:
             raise ValueError(f"pad: padding {arg} of {self.shape} must be non-negative")
         if all(p == (0, 0) for p in arg):
             return self
-        shape = tuple(s + before + after for s, (before, after) in zip(self.shape, arg))
-        offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides))
-        mask = tuple((lo + before, hi + before) for (lo, hi), (before, _) in zip(self._ranges(), arg))
+        shape = tuple(s + before + after for s, (before, after) in zip(self.shape, arg, strict=True))
+        offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides, strict=True))
+        mask = tuple((lo + before, hi + before) for (lo, hi), (before, _) in zip(self._ranges(), arg, strict=True))
         return View.create(shape, self.strides, offset, mask)
 
     def shrink(self, arg: Sequence[Range]) -> View:
         """The window [start, end) of each dim (slicing)."""
         arg = _pairs(arg, self.shape, "shrink")
-        if any(not 0 <= start <= end <= s for (start, end), s in zip(arg, self.shape)):
+        if any(not 0 <= start <= end <= s for (start, end), s in zip(arg, self.shape, strict=True)):
             raise ValueError(f"shrink: {arg} is not a window of {self.shape} (need 0 <= start <= end <= size)")
-        if all(r == (0, s) for r, s in zip(arg, self.shape)):
+        if all(r == (0, s) for r, s in zip(arg, self.shape, strict=True)):
             return self
         shape = tuple(end - start for start, end in arg)
-        offset = self.offset + sum(start * st for (start, _), st in zip(arg, self.strides))
+        offset = self.offset + sum(start * st for (start, _), st in zip(arg, self.strides, strict=True))
         mask = None
         if self.mask is not None:  # View.create clips the ranges to the new shape
-            mask = tuple((lo - start, hi - start) for (lo, hi), (start, _) in zip(self.mask, arg))
+            mask = tuple((lo - start, hi - start) for (lo, hi), (start, _) in zip(self.mask, arg, strict=True))
         return View.create(shape, self.strides, offset, mask)
 
     def flip(self, arg: Sequence[bool]) -> View:
         """The dims marked True reversed."""
         if len(arg) != len(self.shape):
             raise ValueError(f"flip: {tuple(arg)} needs one flag per dim of {self.shape}")
-        offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f)
-        strides = tuple(-st if f else st for st, f in zip(self.strides, arg))
+        offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg, strict=True) if f)
+        strides = tuple(-st if f else st for st, f in zip(self.strides, arg, strict=True))
         mask = None
         if self.mask is not None:
-            mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
+            flipped = zip(self.mask, self.shape, arg, strict=True)
+            mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in flipped)
         return View.create(self.shape, strides, offset, mask)
 
     # ---- indexing ----
@@ -157,9 +164,9 @@ class View:
         """(flat buffer index, validity) of the element at `idxs`, one int UOp per dim."""
         if len(idxs) != len(self.shape):
             raise ValueError(f"to_indexed: {len(idxs)} indices for the {len(self.shape)} dims of {self.shape}")
-        terms = [idx if st == 1 else idx * st for idx, st in zip(idxs, self.strides) if st != 0]
+        terms = [idx if st == 1 else idx * st for idx, st in zip(idxs, self.strides, strict=True) if st != 0]
         if self.offset != 0 or not terms:
-            terms.append(UOp.const(dtypes.int, self.offset))
+            terms.append(UOp.const(idxs[0].dtype if idxs else dtypes.int, self.offset))  # index math in the idxs' dtype
         return functools.reduce(operator.add, terms), self._validity(idxs)
 
     def _validity(self, idxs: Sequence[UOp]) -> UOp:
@@ -168,7 +175,7 @@ class View:
         if self.all_invalid:
             return UOp.const(dtypes.bool, False)
         checks = []
-        for idx, s, (lo, hi) in zip(idxs, self.shape, self.mask):
+        for idx, s, (lo, hi) in zip(idxs, self.shape, self.mask, strict=True):
             if lo > 0:
                 checks.append(idx > lo - 1)  # lo <= idx, as one comparison
             if hi < s:
@@ -251,7 +258,7 @@ class ShapeTracker:
         stacked = len(self.views) > 1
         return tuple(
             None if r != (0, s) or (stacked and st != 0) else st
-            for s, st, r in zip(top.shape, top.strides, top._ranges())
+            for s, st, r in zip(top.shape, top.strides, top._ranges(), strict=True)
         )
 
 
@@ -266,7 +273,7 @@ def _as_shape(shape: Sequence[int], op: str) -> tuple[int, ...]:
 
 
 def _pairs(arg: Sequence[Range], shape: tuple[int, ...], op: str) -> tuple[Range, ...]:
-    arg = tuple((int(a), int(b)) for a, b in arg)
+    arg = tuple((operator.index(a), operator.index(b)) for a, b in arg)
     if len(arg) != len(shape):
         raise ValueError(f"{op}: {arg} needs one (before, after) pair per dim of {shape}")
     return arg
@@ -283,7 +290,7 @@ def _unravel(flat, shape: tuple[int, ...]) -> list:
     idxs, stride = [], 1
     for k in reversed(range(len(shape))):
         if shape[k] == 1:
-            idxs.append(UOp.const(dtypes.int, 0) if isinstance(flat, UOp) else 0)
+            idxs.append(flat.const_like(0) if isinstance(flat, UOp) else 0)
             continue
         idx = flat if stride == 1 else flat // stride
         idxs.append(idx if k == outermost else idx % shape[k])  # the outermost index needs no wrap
@@ -366,17 +373,17 @@ def _compose(lower: View, upper: View) -> View | None:
     """
     ranges = upper._ranges()
     first = tuple(lo for lo, _ in ranges)
-    first_flat = upper.offset + sum(i * st for i, st in zip(first, upper.strides))
+    first_flat = upper.offset + sum(i * st for i, st in zip(first, upper.strides, strict=True))
     base = _unravel(first_flat, lower.shape)
     steps = [[0] * len(lower.shape) for _ in upper.shape]
-    for k, ((lo, hi), st) in enumerate(zip(ranges, upper.strides)):
+    for k, ((lo, hi), st) in enumerate(zip(ranges, upper.strides, strict=True)):
         if hi - lo > 1:
-            steps[k] = [b - a for a, b in zip(base, _unravel(first_flat + st, lower.shape))]
+            steps[k] = [b - a for a, b in zip(base, _unravel(first_flat + st, lower.shape), strict=True)]
     counts = [hi - lo for lo, hi in ranges]
-    reach = [[step[j] * (n - 1) for step, n in zip(steps, counts)] for j in range(len(lower.shape))]
-    low = [b + sum(min(r, 0) for r in rs) for b, rs in zip(base, reach)]
-    high = [b + sum(max(r, 0) for r in rs) for b, rs in zip(base, reach)]
-    if any(lo < 0 or hi >= size for lo, hi, size in zip(low, high, lower.shape)):
+    reach = [[step[j] * (n - 1) for step, n in zip(steps, counts, strict=True)] for j in range(len(lower.shape))]
+    low = [b + sum(min(r, 0) for r in rs) for b, rs in zip(base, reach, strict=True)]
+    high = [b + sum(max(r, 0) for r in rs) for b, rs in zip(base, reach, strict=True)]
+    if any(lo < 0 or hi >= size for lo, hi, size in zip(low, high, lower.shape, strict=True)):
         return None
     new_ranges = list(ranges)
     for j, (mask_lo, mask_hi) in enumerate(lower._ranges()):
@@ -388,11 +395,13 @@ def _compose(lower: View, upper: View) -> View | None:
         if len(movers) > 1:
             return None
         k, d = movers[0], steps[movers[0]][j]
-        # mask_lo <= base_j + t * d < mask_hi for t = i_k - first_k
-        t_lo, t_hi = (mask_lo - base[j], mask_hi - 1 - base[j]) if d > 0 else (mask_hi - 1 - base[j], mask_lo - base[j])
-        t_min, t_max = -(-t_lo // d), t_hi // d
+        # lower's element is valid when mask_lo <= base_j + t * d < mask_hi, with t = i_k - first_k
+        low_end, high_end = mask_lo - base[j], mask_hi - 1 - base[j]
+        if d < 0:  # dividing by d < 0 swaps the ends
+            low_end, high_end = high_end, low_end
+        t_min, t_max = -(-low_end // d), high_end // d  # ceil and floor
         new_ranges[k] = (max(new_ranges[k][0], first[k] + t_min), min(new_ranges[k][1], first[k] + t_max + 1))
-    strides = [sum(d * st for d, st in zip(step, lower.strides)) for step in steps]
-    first_address = lower.offset + sum(c * st for c, st in zip(base, lower.strides))
-    offset = first_address - sum(i * st for i, st in zip(first, strides))
+    strides = [sum(d * st for d, st in zip(step, lower.strides, strict=True)) for step in steps]
+    first_address = lower.offset + sum(c * st for c, st in zip(base, lower.strides, strict=True))
+    offset = first_address - sum(i * st for i, st in zip(first, strides, strict=True))
     return View.create(upper.shape, strides, offset, new_ranges)

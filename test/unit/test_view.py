@@ -38,6 +38,7 @@ def index_var(dim: int, size: int) -> UOp:
 
 
 def evaluate(root: UOp, indices: np.ndarray):
+    """The value of an index expression at every element; `indices[dim]` holds each element's index along dim."""
     values = {}
     for node in root.toposort():
         if node.op is Ops.CONST:
@@ -75,10 +76,19 @@ NUMPY_OPS = {
 }
 
 
-def check_chain(shape, ops) -> ShapeTracker:
-    """Apply `ops` [(name, arg), ...] to a tracker and to a NumPy array, comparing the values after every op."""
-    buffer = np.arange(1, prod(shape) + 1)  # from 1, so that padding (0) differs from every element
-    expected, tracker = buffer.reshape(shape), ShapeTracker.from_shape(shape)
+def addresses_by_definition(shape, strides, offset, mask) -> tuple[np.ndarray, np.ndarray]:
+    """Straight from the definition of a view: the address offset + sum(i*stride) and validity of every element."""
+    indices = np.indices(shape)
+    address = offset + sum((i * st for i, st in zip(indices, strides, strict=True)), np.zeros(shape, int))
+    valid = np.ones(shape, bool)
+    for i, (lo, hi) in zip(indices, mask, strict=True) if mask is not None else ():
+        valid &= (lo <= i) & (i < hi)
+    return address, valid
+
+
+def check_chain(tracker: ShapeTracker, expected: np.ndarray, buffer: np.ndarray, ops) -> ShapeTracker:
+    """Apply `ops` [(name, arg), ...] to the tracker and to NumPy's `expected`, comparing values after every op."""
+    np.testing.assert_array_equal(realize(tracker, buffer), expected, err_msg=f"at the start: {tracker}")
     for name, arg in ops:
         expected, tracker = NUMPY_OPS[name](expected, arg), getattr(tracker, name)(arg)
         assert tracker.shape == expected.shape, f"after {name}{arg}"
@@ -86,8 +96,14 @@ def check_chain(shape, ops) -> ShapeTracker:
     return tracker
 
 
+def check_chain_from_shape(shape, ops) -> ShapeTracker:
+    buffer = np.arange(1, prod(shape) + 1)  # from 1, so that padding (0) differs from every element
+    return check_chain(ShapeTracker.from_shape(shape), buffer.reshape(shape), buffer, ops)
+
+
 # ---- named cases: each once broke, or shows how many views a chain needs ----
 
+# fmt: off
 NAMED_CHAINS = [
     # (what it checks, start shape, ops, number of views at the end)
     ("contiguous_reshapes", (2, 3, 4), [("reshape", (6, 4)), ("reshape", (4, 3, 2)), ("reshape", (24,))], 1),
@@ -110,7 +126,7 @@ NAMED_CHAINS = [
     ("split_flipped_dim", (4, 6), [("flip", (True, False)), ("reshape", (2, 2, 6))], 1),
     ("flatten_fully_flipped", (4, 6), [("flip", (True, True)), ("reshape", (24,))], 1),
     ("pad_shrink_flip_reshape", (3, 4), [("pad", ((2, 0), (0, 0))), ("shrink", ((1, 5), (0, 4))),
-                                         ("flip", (True, True)), ("reshape", (16,))], 1),  # fmt: skip
+                                         ("flip", (True, True)), ("reshape", (16,))], 1),
     ("zero_size_reshape_and_pad", (0, 3), [("reshape", (3, 0)), ("pad", ((1, 0), (0, 0)))], 1),
     ("padding_a_zero_size_dim", (0,), [("pad", ((1, 2),)), ("reshape", (3, 1)), ("expand", (3, 4))], 1),
     ("zero_size_permute_reshape", (2, 0, 3), [("permute", (2, 0, 1)), ("reshape", (0,)), ("reshape", (5, 0))], 1),
@@ -118,12 +134,20 @@ NAMED_CHAINS = [
     ("scalar_expanded", (), [("reshape", (1,)), ("expand", (5,)), ("flip", (True,))], 1),
     ("all_padding_to_scalar", (2,), [("pad", ((0, 1),)), ("shrink", ((2, 3),)), ("reshape", ())], 2),
     ("expand_then_merge", (3, 1), [("expand", (3, 4)), ("reshape", (12,))], 2),
+    ("split_padding_inside_one_row", (2,), [("pad", ((2, 4),)), ("reshape", (2, 4))], 1),
+    ("merge_a_dim_valid_at_one_index", (2, 3), [("pad", ((1, 0), (0, 0))), ("shrink", ((1, 2), (0, 3))),
+                                                ("pad", ((2, 1), (0, 0))), ("reshape", (12,))], 1),
+    ("window_of_pushed_padded_view", (2, 3), [("pad", ((0, 0), (1, 1))), ("reshape", (10,)),
+                                              ("shrink", ((5, 10),))], 1),
+    ("window_of_flipped_pushed_padded_view", (2, 3), [("pad", ((0, 0), (2, 1))), ("reshape", (12,)),
+                                                      ("flip", (True,)), ("shrink", ((0, 6),))], 1),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("shape, ops, n_views", [c[1:] for c in NAMED_CHAINS], ids=[c[0] for c in NAMED_CHAINS])
 def test_named_chain_matches_numpy(shape, ops, n_views):
-    tracker = check_chain(shape, ops)
+    tracker = check_chain_from_shape(shape, ops)
     assert len(tracker.views) == n_views, tracker
 
 
@@ -181,32 +205,41 @@ def reshape_args(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(dims)
 
 
+@st.composite
+def windows(draw, size: int) -> tuple[int, int]:
+    """A (start, end) with 0 <= start <= end <= size."""
+    start = draw(st.integers(0, size))
+    return start, draw(st.integers(start, size))
+
+
 def shrink_args(shape):
-    windows = [st.integers(0, s).flatmap(lambda start, s=s: st.tuples(st.just(start), st.integers(start, s))) for s in shape]
-    return st.tuples(*windows)
+    return st.tuples(*[windows(s) for s in shape])
 
 
-def movement_ops(shape: tuple[int, ...], with_pad: bool = True):
+@st.composite
+def movement_ops(draw, shape: tuple[int, ...], with_pad: bool = True) -> tuple[str, tuple]:
     """One movement op (name, arg) that applies to `shape`; ops that grow it only while it is small."""
-    ndim, small = len(shape), prod(shape) <= 200
-    options = [
-        st.tuples(st.just("reshape"), reshape_args(shape)),
-        st.tuples(st.just("permute"), st.permutations(range(ndim)).map(tuple)),
-        st.tuples(st.just("shrink"), shrink_args(shape)),
-        st.tuples(st.just("flip"), st.tuples(*[st.booleans()] * ndim)),
-    ]
-    if with_pad and small:
-        options.append(st.tuples(st.just("pad"), st.tuples(*[st.tuples(st.integers(0, 2), st.integers(0, 2))] * ndim)))
-    if 1 in shape and small:
-        expanded = st.tuples(*[st.integers(0, 4) if s == 1 else st.just(s) for s in shape])
-        options.append(st.tuples(st.just("expand"), expanded))
-    return st.one_of(options)
+    small = prod(shape) <= 200
+    names = ["reshape", "permute", "shrink", "flip"]
+    names += ["pad"] * (with_pad and small) + ["expand"] * (1 in shape and small)
+    name = draw(st.sampled_from(names))
+    if name == "reshape":
+        return name, draw(reshape_args(shape))
+    if name == "permute":
+        return name, tuple(draw(st.permutations(range(len(shape)))))
+    if name == "shrink":
+        return name, draw(shrink_args(shape))
+    if name == "flip":
+        return name, tuple(draw(st.booleans()) for _ in shape)
+    if name == "pad":
+        return name, tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
+    return name, tuple(draw(st.integers(0, 4)) if s == 1 else s for s in shape)
 
 
 start_shapes = st.lists(st.integers(0, 5), max_size=4).map(tuple)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(data=st.data(), shape=start_shapes)
 def test_random_movement_chain_matches_numpy(data, shape):
     ops, current = [], np.empty(shape)
@@ -214,10 +247,36 @@ def test_random_movement_chain_matches_numpy(data, shape):
         op = data.draw(movement_ops(current.shape), label="op")
         ops.append(op)
         current = NUMPY_OPS[op[0]](current, op[1])
-    check_chain(shape, ops)
+    check_chain_from_shape(shape, ops)
 
 
-@settings(max_examples=300, deadline=None)
+@st.composite
+def view_parts(draw):
+    """Shape, strides and mask of an arbitrary view: negative and zero strides, any windows of valid elements."""
+    shape = draw(st.lists(st.integers(0, 4), max_size=3).map(tuple))
+    strides = draw(st.tuples(*[st.integers(-4, 4)] * len(shape)))
+    mask = draw(st.none() | shrink_args(shape))
+    return shape, strides, mask
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), parts=view_parts())
+def test_random_view_then_random_chain_matches_numpy(data, parts):
+    """Start from any view (View.create keeps what it reads), then move it around."""
+    shape, strides, mask = parts
+    address, valid = addresses_by_definition(shape, strides, 0, mask)
+    low, high = (int(address[valid].min()), int(address[valid].max())) if valid.any() else (0, 0)
+    buffer = np.arange(1, high - low + 2)  # from 1, so that padding (0) differs from every element
+    expected = np.where(valid, buffer[np.where(valid, address - low, 0)], 0)
+    ops, current = [], expected
+    for _ in range(data.draw(st.integers(0, 5), label="length")):
+        op = data.draw(movement_ops(current.shape), label="op")
+        ops.append(op)
+        current = NUMPY_OPS[op[0]](current, op[1])
+    check_chain(ShapeTracker((View.create(shape, strides, -low, mask),)), expected, buffer, ops)
+
+
+@settings(max_examples=200, deadline=None)
 @given(data=st.data(), shape=start_shapes)
 def test_one_view_whenever_numpy_reshapes_without_copy(data, shape):
     """Without padding, a reshape that NumPy does as a view (no copy) stays one view here too."""
@@ -287,49 +346,49 @@ def test_tracker_properties():
 
 # ---- the index expressions themselves: exact, with no pointless nodes ----
 
-i, j, k = (index_var(n, 8) for n in range(3))
+i0, i1, i2 = (index_var(dim, 8) for dim in range(3))
 TRUE = UOp.const(dtypes.bool, True)
 
 
 def test_contiguous_index_is_row_major_sum():
-    flat, valid = View.create((3, 4)).to_indexed([i, j])
-    assert flat is i * 4 + j and valid is TRUE
+    flat, valid = View.create((3, 4)).to_indexed([i0, i1])
+    assert flat is i0 * 4 + i1 and valid is TRUE
 
 
 def test_size_one_and_expanded_dims_leave_no_term():
-    flat, _ = View.create((1, 3)).expand((5, 3)).reshape((5, 1, 3)).to_indexed([i, j, k])
-    assert flat is k
+    flat, _ = View.create((1, 3)).expand((5, 3)).reshape((5, 1, 3)).to_indexed([i0, i1, i2])
+    assert flat is i2
 
 
 def test_offset_is_added_once():
-    flat, _ = View.create((4, 6)).shrink(((1, 3), (2, 6))).to_indexed([i, j])
-    assert flat is i * 6 + j + 8
+    flat, _ = View.create((4, 6)).shrink(((1, 3), (2, 6))).to_indexed([i0, i1])
+    assert flat is i0 * 6 + i1 + 8
 
 
 def test_broadcast_scalar_index_is_its_offset():
-    flat, valid = View.create((), offset=5).reshape((1,)).expand((3,)).to_indexed([i])
+    flat, valid = View.create((), offset=5).reshape((1,)).expand((3,)).to_indexed([i0])
     assert flat is UOp.const(dtypes.int, 5) and valid is TRUE
 
 
 def test_pad_checks_only_the_padded_sides():
-    _, after_only = View.create((3,)).pad(((0, 2),)).to_indexed([i])
-    _, before_only = View.create((3,)).pad(((2, 0),)).to_indexed([i])
-    _, both = View.create((3, 3)).pad(((1, 1), (0, 0))).to_indexed([i, j])
-    assert after_only is (i < 3)
-    assert before_only is (i > 1)
-    assert both is ((i > 0) & (i < 4))
+    _, after_only = View.create((3,)).pad(((0, 2),)).to_indexed([i0])
+    _, before_only = View.create((3,)).pad(((2, 0),)).to_indexed([i0])
+    _, both = View.create((3, 3)).pad(((1, 1), (0, 0))).to_indexed([i0, i1])
+    assert after_only is (i0 < 3)
+    assert before_only is (i0 > 1)
+    assert both is ((i0 > 0) & (i0 < 4))
 
 
 def test_all_padding_is_never_valid():
-    _, valid = View.create((3,)).pad(((0, 2),)).shrink(((3, 5),)).to_indexed([i])
+    _, valid = View.create((3,)).pad(((0, 2),)).shrink(((3, 5),)).to_indexed([i0])
     assert valid is UOp.const(dtypes.bool, False)
 
 
 def test_stacked_views_unravel_the_flat_index():
     tracker = ShapeTracker.from_shape((2, 3)).permute((1, 0)).reshape((6,))
-    flat, valid = tracker.to_indexed([i])
+    flat, valid = tracker.to_indexed([i0])
     assert len(tracker.views) == 2 and valid is TRUE
-    assert flat is i // 2 + (i % 2) * 3  # the element at (i // 2, i % 2) of the transposed (3, 2) view
+    assert flat is i0 // 2 + (i0 % 2) * 3  # the element at (i0 // 2, i0 % 2) of the transposed (3, 2) view
 
 
 # ---- real strides ----
