@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import time
@@ -157,7 +158,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         self.requires_grad: bool | None = requires_grad
         self._is_leaf = True  # only leaves (tensors the user made) receive .grad in backward()
         self._autograd_uop: UOp | None = None  # the graph that built this tensor, kept for backward() after realize
-        self._previous_uop: UOp | None = None
         _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
 
     # ---- facts ----
@@ -215,16 +215,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """Point this tensor at a new graph for the same values, keeping the old one if backward() may need it."""
         if self.requires_grad and not self._is_leaf and self._autograd_uop is None:
             self._autograd_uop = self.uop
-        if self.requires_grad and self._is_leaf and self.uop.op is not Ops.ASSIGN:
-            self._previous_uop = self.uop  # graphs built before this realize still name the leaf by it
         self.uop = uop
-
-    def _names_in(self, nodes: set[UOp]) -> UOp | None:
-        """The node that stands for this tensor in a graph, if any."""
-        for node in (self.uop, self._previous_uop):
-            if node is not None and node in nodes:
-                return node
-        return None
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
@@ -276,7 +267,8 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if value.dtype != self.dtype:
             raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
         target = self._current_uop()
-        if not (target.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(target))):
+        # a buffer (or a view of one), or an assign still to run on it: this assign is ordered after that one
+        if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
             target = self.uop
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
@@ -434,36 +426,47 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, whether or not it was marked requires_grad."""
-        from glassgrad.gradient import compute_gradient
-
-        seed = self._seed_gradient(gradient, "gradient")
-        root = self._autograd_root()
-        nodes = set(root.toposort())
-        wanted = [t._names_in(nodes) for t in targets]
-        for t, node in zip(targets, wanted):
-            if node is None:
+        names = self._names_of(targets)
+        for t, found in zip(targets, names):
+            if not found:
                 raise ValueError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
-        grads = compute_gradient(root, seed.uop, set(wanted))
-        return [Tensor(grads[node]) if node in grads else t.zeros_like() for t, node in zip(targets, wanted)]
+        return [g if g is not None else t.zeros_like() for t, g in zip(targets, self._gradients(names, gradient))]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph."""
-        from glassgrad.gradient import compute_gradient
-
-        seed = self._seed_gradient(gradient, "backward")
-        root = self._autograd_root()
-        nodes = set(root.toposort())
         candidates = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.requires_grad
                       and t._is_leaf]  # fmt: skip
-        leaves = {node: t for t in candidates if (node := t._names_in(nodes)) is not None}
+        names = self._names_of(candidates)
+        leaves = [(t, found) for t, found in zip(candidates, names) if found]
         if not leaves:
             raise RuntimeError("backward: no tensor in this graph requires grad; create the inputs with "
                                "requires_grad=True (or call .requires_grad_())")  # fmt: skip
-        grads = compute_gradient(root, seed.uop, set(leaves))
-        for node, t in leaves.items():
-            if (g := grads.get(node)) is not None:
-                t.grad = Tensor(g) if t.grad is None else t.grad + Tensor(g)
+        for t, g in zip((t for t, _ in leaves), self._gradients([found for _, found in leaves], gradient, "backward")):
+            if g is not None:
+                t.grad = g if t.grad is None else t.grad + g
         return self
+
+    def _names_of(self, tensors: Sequence[Tensor]) -> list[list[UOp]]:
+        """For each tensor, the nodes of this tensor's autograd graph that stand for it.
+
+        The graph may have been built before some of its nodes (or the tensors) were realized: both sides are
+        compared as they stand now."""
+        now = _current_map(self._autograd_root())
+        by_current: dict[UOp, list[UOp]] = {}
+        for original, current in now.items():
+            by_current.setdefault(current, []).append(original)
+        return [by_current.get(_current(t.uop), []) for t in tensors]
+
+    def _gradients(self, names: list[list[UOp]], gradient: Tensor | None, op: str = "gradient") -> list[Tensor | None]:
+        from glassgrad.gradient import compute_gradient
+
+        seed = self._seed_gradient(gradient, op)
+        grads = compute_gradient(self._autograd_root(), seed.uop, {node for found in names for node in found})
+        out: list[Tensor | None] = []
+        for found in names:
+            parts = [Tensor(grads[node]) for node in found if node in grads]
+            out.append(functools.reduce(lambda a, b: a + b, parts) if parts else None)
+        return out
 
     def _seed_gradient(self, gradient: Tensor | None, op: str) -> Tensor:
         if gradient is None:
@@ -889,14 +892,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 # ---- helpers for the class above ----
 
 
-def _chain(node: UOp) -> list[UOp]:
-    chain = []
-    while node.op in GroupOp.Movement:
-        chain.append(node)
-        node = node.src[0]
-    return chain
-
-
 def _infer_dtype(values: list[Any]) -> DType:
     if not values or any(isinstance(v, float) for v in values):  # an empty list is float32, as in PyTorch
         return dtypes.default_float
@@ -965,22 +960,25 @@ def _resolve(node: UOp) -> UOp:
     return node
 
 
-def _current(root: UOp) -> UOp:
-    """A graph with every node that was realized or kernelized since it was built replaced by what stands for it.
-
-    Each rebuilt node is remembered too, so a tensor still pointing at the old node follows it later."""
-    if not _replaced:
-        return root
+def _current_map(root: UOp) -> dict[UOp, UOp]:
+    """For every node of a graph, what stands for it now: realized or kernelized nodes are replaced, and the nodes
+    above them rebuilt. Each rebuilt node is remembered, so a tensor still pointing at the old node follows it."""
     new: dict[UOp, UOp] = {}
     for node in root.toposort():
-        if node in _replaced:
-            new[node] = _resolve(node)
+        if node in _replaced:  # what replaced it may itself have parts replaced since (ASSIGN(BUFFER, KERNEL))
+            target = _resolve(node)
+            new[node] = _current(target) if target.src else target
             continue
         src = tuple(new[s] for s in node.src)
         new[node] = node if src == node.src else node.replace(src=src)
         if new[node] is not node:
             _replaced[node] = new[node]
-    return new[root]
+    return new
+
+
+def _current(root: UOp) -> UOp:
+    """A graph as it stands now (see _current_map)."""
+    return _current_map(root)[root] if _replaced else root
 
 
 def _become(mapping: dict[UOp, UOp]) -> None:

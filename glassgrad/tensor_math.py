@@ -1,41 +1,129 @@
-"""Elementwise math composed from the primitive ops, where it takes more than a line."""
+"""Elementwise math composed from the primitive ops, where it takes more than a line: pow, with PyTorch's semantics
+(and the small helpers the math and random mixins share).
+
+Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf and NaN), and
+gradients follow PyTorch's pow, including at a base of 0: d/dx x**y is 0 for y > 1, 1 for y = 1, +inf for
+0 < y < 1 and -inf for y < 0. Each case is its own WHERE branch, fed an input made safe wherever that branch is not
+selected, so that no 0 * inf turns a gradient into NaN.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from glassgrad.dtype import dtypes
+from glassgrad.dtype import dtypes, result_type_with_scalar
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
+# Whole scalar exponents up to this size become multiplications: exact gradients at 0, and more accurate than exp2.
+LARGEST_MULTIPLIED_EXPONENT = 32
+
 
 def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
-    """x ** exponent (or exponent ** x when reverse): whole exponents multiply, others go through exp2 and log2."""
+    """x ** exponent, or exponent ** x when reverse."""
     from glassgrad.tensor import Tensor
 
-    base, exp = (exponent, x) if reverse else (x, exponent)
-    if not isinstance(exp, Tensor) and isinstance(exp, int) and not isinstance(exp, bool) and abs(exp) <= 16:
-        return _integer_power(base, exp)
+    if not reverse and not isinstance(exponent, Tensor):
+        return _power_of_scalar(x, exponent)
     base, exp = x._binary_operands(exponent, "pow", reverse)
+    if base.dtype == dtypes.bool:
+        raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
     if dtypes.is_int(base.dtype):
-        raise TypeError("pow: integer base with a tensor exponent is not supported; cast to float first")
-    magnitude = (exp * base.abs().log2()).exp2()
-    exp_is_whole = exp.trunc().eq(exp)
-    odd = exp_is_whole & (exp * 0.5).trunc().ne(exp * 0.5)
-    signed = (base < 0).where(exp_is_whole.where(odd.where(-magnitude, magnitude), float("nan")), magnitude)
-    return exp.eq(0).where(1.0, signed)
+        return _integer_power(base, exp)
+    if base.dtype in (dtypes.float16, dtypes.bfloat16):  # compute in float32, round once, as PyTorch
+        return _float_power(base.cast(dtypes.float32), exp.cast(dtypes.float32)).cast(base.dtype)
+    return _float_power(base, exp)
 
 
-def _integer_power(base: Tensor, exp: int) -> Tensor:
-    """Square-and-multiply for a small whole exponent; negative ones take the reciprocal."""
-    if exp < 0:
-        return _integer_power(base._float_input(), -exp).reciprocal()
+def polynomial(x: Tensor, coefficients: Sequence[float]) -> Tensor:
+    """c0 + c1*x + c2*x**2 + ..., by Horner's rule."""
+    result = x * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        result = result * x + c
+    return result
+
+
+def zero_with_gradient(x: Tensor) -> Tensor:
+    """Zeros shaped like x that x reaches with gradient 0 (as PyTorch gives piecewise-constant functions)."""
+    return x.eq(0).where(x.trunc(), 0)
+
+
+def _power_of_scalar(x: Tensor, n: Any) -> Tensor:
+    from glassgrad.tensor import Tensor
+
+    if not isinstance(n, (int, float)):
+        raise TypeError(f"pow: the exponent must be a Tensor or a Python number, got {type(n).__name__}")
+    if x.dtype == dtypes.bool:
+        raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
+    n = int(n) if isinstance(n, bool) else n
+    x = x.cast(result_type_with_scalar(x.dtype, n))
+    if float(n).is_integer() and n < 0 and dtypes.is_int(x.dtype):
+        raise ValueError(f"pow: an integer tensor ({x.dtype}) to a negative integer power ({n}) is not allowed, as in "
+                         "PyTorch; cast to float first")  # fmt: skip
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        return _power_of_scalar(x.cast(dtypes.float32), n).cast(x.dtype)
+    if float(n).is_integer() and abs(n) <= LARGEST_MULTIPLIED_EXPONENT:
+        n = int(n)
+        return _repeated_product(x.reciprocal(), -n) if n < 0 else _repeated_product(x, n)
+    if n == 0.5:
+        return x.sqrt()
+    if n == -0.5:
+        return x.rsqrt()
+    exponent = Tensor(n, device=x.device, dtype=x.dtype)
+    return _integer_power(x, exponent) if dtypes.is_int(x.dtype) else _float_power(x, exponent)
+
+
+def _repeated_product(base: Tensor, n: int) -> Tensor:
+    """base ** n for a whole n >= 0 by square-and-multiply."""
+    if n == 0:
+        return zero_with_gradient(base) + 1 if dtypes.is_float(base.dtype) else base.ones_like()
     result, square = None, base
-    while exp:
-        if exp & 1:
+    while n:
+        if n & 1:
             result = square if result is None else result * square
-        exp >>= 1
-        if exp:
+        n >>= 1
+        if n:
             square = square * square
-    return result if result is not None else base.ones_like()
+    return result
+
+
+def _integer_power(base: Tensor, exp: Tensor) -> Tensor:
+    """Integer base ** integer exponent, wrapping as C (and PyTorch) do; negative exponents truncate 1/base**-e."""
+    bits = 8 * exp.dtype.itemsize - (0 if dtypes.is_unsigned(exp.dtype) else 1)
+    result, square = base.ones_like(), base
+    for bit in range(bits):  # one step of square-and-multiply per bit of the exponent; unused steps fold away
+        if bit:
+            square = square * square
+        result = ((exp >> bit) & 1).ne(0).where(result * square, result)
+    if dtypes.is_unsigned(exp.dtype):
+        return result
+    # 1 / base**k truncates to 0 unless base is 1 or -1
+    reciprocal = base.eq(1).where(1, base.eq(-1).where((exp & 1).ne(0).where(-1, 1), 0))
+    return (exp < 0).where(reciprocal.cast(base.dtype), result)
+
+
+def _float_power(x: Tensor, y: Tensor) -> Tensor:
+    """x ** y for float tensors of one shape and dtype."""
+    zero, negative = x.eq(0), x < 0
+    magnitude = (y * zero.where(1, negative.where(-x, x)).log2()).exp2()  # |x| ** y, with 1 standing in for 0
+    whole = y.trunc().eq(y)
+    odd = whole & (y * 0.5).trunc().ne(y * 0.5)
+    signed = (negative & odd).where(-magnitude, magnitude)
+    not_real = negative & whole.logical_not() & (x > -math.inf)  # (-inf) ** y is +-inf or +-0 for every y
+    undefined = not_real.where(x + y, 0) * math.nan  # NaN, with NaN gradients there (and only there), as PyTorch
+    result = (zero & y.ne(0)).where(_power_of_zero(x, y, zero), not_real.where(undefined, signed))
+    # C's pow is 1 for x ** 0 with any x, 1 ** y with any y, and (-1) ** +-inf, where the formula above gives NaN
+    always_one = (y.eq(0) & x.isfinite().logical_not()) | (x.abs().eq(1) & y.isinf()) | (x.eq(1) & y.isnan())
+    return always_one.where(1, result)
+
+
+def _power_of_zero(x: Tensor, y: Tensor, zero: Tensor) -> Tensor:
+    """0 ** y for y != 0, with PyTorch's gradient y * 0 ** (y - 1) in x and 0 ** y * log(0) (for y < 0) in y."""
+    fractional = (y > 0) & (y < 1)
+    root = (zero & fractional).where(x, 1).sqrt()  # 0, with gradient +inf
+    blows_up = zero & (y >= 0).logical_not()  # y < 0 or NaN: inf (NaN), with gradients -inf in both
+    reciprocal_power = (blows_up.where(y, -1) * blows_up.where(x, 1).log2()).exp2()
+    return (y > 1).where(0, y.eq(1).where(x, fractional.where(root, reciprocal_power)))

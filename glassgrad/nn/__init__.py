@@ -27,7 +27,7 @@ class Linear:
         self.bias = _uniform((out_features,), bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.linear(self.weight.T, self.bias)
+        return x.linear(self.weight, self.bias)
 
 
 class _ConvNd:
@@ -221,7 +221,7 @@ class LSTMCell:
             zeros = Tensor.zeros(*x.shape[:-1], self.hidden_size, device=x.device)
             hc = (zeros, zeros)
         h, c = hc
-        gates = x.linear(self.weight_ih.T, self.bias_ih) + h.linear(self.weight_hh.T, self.bias_hh)
+        gates = x.linear(self.weight_ih, self.bias_ih) + h.linear(self.weight_hh, self.bias_hh)
         i, f, g, o = gates.chunk(4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c

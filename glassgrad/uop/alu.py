@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from glassgrad.dtype import DType, bfloat16_to_float, dtypes, float_to_bfloat16, truncate
 from glassgrad.uop.ops import Ops

@@ -10,7 +10,8 @@ import functools
 import math
 import operator
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from glassgrad.dtype import INTS, dtypes
 from glassgrad.uop.alu import exec_alu, exec_bitcast, exec_cast
@@ -42,6 +43,14 @@ def _decided(always: bool, never: bool) -> tuple[bool, bool]:
 def _corners(f: Callable[[int, int], int], a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
     values = [f(x, y) for x in a for y in b]
     return min(values), max(values)
+
+
+def _loop_bounds(end: tuple[int, int]) -> tuple[int, int] | None:
+    """0 .. end-1; unknown for a loop that may run zero times, since folding its variable to a constant would
+    let its body escape the loop and run once."""
+    if end[0] < 1 and end[1] <= 1:
+        return None
+    return 0, end[1] - 1
 
 
 def _idiv_bounds(u: UOp, x: tuple, d: tuple) -> tuple | None:
@@ -85,8 +94,8 @@ def _logic_bounds(combine: Callable[[bool, bool], bool]) -> Callable:
 # (lowest, highest) of each op, from the node and the bounds of its sources; None where unknown.
 _bounds_rules: dict[Ops, Callable[..., tuple | None]] = {
     Ops.CONST: lambda u: (u.arg, u.arg),
-    Ops.RANGE: lambda u, end: (0, max(end[1] - 1, 0)),
-    Ops.SPECIAL: lambda u: (0, u.arg[1] - 1) if isinstance(u.arg[1], int) else None,
+    Ops.RANGE: lambda u, end: _loop_bounds(end),
+    Ops.SPECIAL: lambda u: _loop_bounds((u.arg[1], u.arg[1])) if isinstance(u.arg[1], int) else None,
     Ops.ADD: lambda u, a, b: (a[0] + b[0], a[1] + b[1]),
     Ops.MUL: lambda u, a, b: _corners(operator.mul, a, b),
     Ops.NEG: lambda u, a: (-a[1], -a[0]),
@@ -120,7 +129,7 @@ def _reads_source_bounds(u: UOp) -> bool:
 
 
 def bounds(u: UOp) -> tuple[Any, Any]:
-    """(lowest, highest) value `u` can take: exact for index math, the dtype's limits where unknown."""
+    """(lowest, highest) value `u` can take, cached per node: exact for index math, the dtype's limits where unknown."""
     if (found := _bounds_cache.get(u)) is not None:
         return found
     stack = [u]  # sources before their users, without recursion: a long chain of adds is deeper than Python's stack
@@ -144,11 +153,23 @@ def _fits(u: UOp, *values: int) -> bool:
 # sums of terms: an int sum is a list of terms base*factor, a constant being a term with no base
 
 
-def _sum_terms(u: UOp) -> list[UOp]:
-    """The terms of a tree of adds, left to right."""
-    if u.op is not Ops.ADD:
-        return [u]
-    return _sum_terms(u.src[0]) + _sum_terms(u.src[1])
+# Index sums are short. A longer int sum is data arithmetic: the rules that read a whole sum leave it as it is, so
+# that simplifying a chain of n adds costs n steps, not n*n.
+MAX_TERMS = 64
+
+
+def _sum_terms(u: UOp) -> list[UOp] | None:
+    """The terms of a tree of adds, left to right; None for a sum of more than MAX_TERMS terms."""
+    terms, stack, adds = [], [u], 0
+    while stack:
+        node = stack.pop()
+        if node.op is not Ops.ADD:
+            terms.append(node)
+            continue
+        if (adds := adds + 1) >= MAX_TERMS:
+            return None
+        stack.extend(reversed(node.src))
+    return terms
 
 
 def _as_term(u: UOp) -> tuple[UOp | None, int]:
@@ -167,17 +188,25 @@ def _build_sum(like: UOp, terms: list[tuple[UOp | None, int]]) -> UOp:
 
 
 def collect_like_terms(x: UOp) -> UOp | None:
-    """a*u + b*u + c1 + c2 = (a+b)*u + (c1+c2): one term per base, in order of first appearance, the constant last."""
+    """a*u + ... + b*u = (a+b)*u + ...: one term per base, in order of first appearance, the constant last."""
+    if (nodes := _sum_terms(x)) is None:
+        return None
+    terms = [_as_term(t) for t in nodes]
     factors: dict[UOp | None, int] = {}
-    for base, f in map(_as_term, _sum_terms(x)):
+    for base, f in terms:
         factors[base] = factors.get(base, 0) + f
     constant = factors.pop(None, 0)
-    return _build_sum(x, [*factors.items(), (None, constant)])
+    collected = [(base, f) for base, f in factors.items() if f != 0] + ([(None, constant)] if constant else [])
+    return None if collected == terms else _build_sum(x, collected)
 
 
 def fold_div_mod_pairs(x: UOp) -> UOp | None:
     """(y//c)*(c*k) + (y%c)*k = y*k, anywhere in a sum: C defines % so that y == (y/c)*c + y%c."""
-    terms = [_as_term(t) for t in _sum_terms(x)]
+    if (nodes := _sum_terms(x)) is None:
+        return None
+    terms = [_as_term(t) for t in nodes]
+    if not any(base is not None and base.op is Ops.IDIV for base, _ in terms):
+        return None
     for i, (base, k) in enumerate(terms):
         if base is None or base.op is not Ops.MOD or base.src[1].op is not Ops.CONST or base.src[1].arg <= 0:
             continue
@@ -192,10 +221,9 @@ def fold_div_mod_pairs(x: UOp) -> UOp | None:
 
 def _nonnegative_terms(x: UOp) -> list[tuple[UOp | None, int]] | None:
     """The terms of a signed int sum if each is >= 0 and the sum cannot wrap, so C's / and % are floor's."""
-    if x.dtype.scalar not in SIGNED_INTS:
+    if x.dtype.scalar not in SIGNED_INTS or (terms := _sum_terms(x)) is None:
         return None
-    terms = _sum_terms(x)
-    lows, highs = zip(*map(bounds, terms))
+    lows, highs = zip(*map(bounds, terms), strict=True)
     if min(lows) < 0 or not _fits(x, sum(highs)):
         return None
     return [_as_term(t) for t in terms]
@@ -286,6 +314,10 @@ def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
     return x if bounds(x)[0] >= bounds(y)[1] else None
 
 
+def constant_last(x: UOp, c: UOp, y: UOp) -> UOp | None:
+    return (x + y) + c if y.op is not Ops.CONST else None
+
+
 def constant_to_the_right(x: UOp, c: UOp, y: UOp) -> UOp | None:
     return x.replace(src=(y, c)) if y.op is not Ops.CONST else None
 
@@ -300,7 +332,7 @@ def _scalars_only(rule: Callable[..., UOp | None]) -> Callable[..., UOp | None]:
     return guarded
 
 
-x_int, y_int = UPat.var("x", INTS), UPat.var("y", INTS)
+x_int = UPat.var("x", INTS)
 x_bool = UPat.var("x", dtypes.bool)
 c, c1, c2, d = UPat.cvar("c"), UPat.cvar("c1"), UPat.cvar("c2"), UPat.cvar("d")
 FALSE = UOp.const(dtypes.bool, False)
@@ -323,7 +355,9 @@ _rules: list[tuple[UPat, Callable[..., UOp | None]]] = [
     (x_int // 1, lambda x: x),  # x // 1 = x
     (x_int % 1, lambda x: x.const_like(0)),  # x % 1 = 0
     # ---- sums and products of ints (a ring: true even when they wrap) ----
-    (UPat(Ops.ADD, INTS, name="x"), collect_like_terms),  # a*u + b*u + c1 + c2 = (a+b)*u + (c1+c2)
+    ((x_int + c1) + c2, lambda x, c1, c2: x + (c1.arg + c2.arg)),  # (x + c1) + c2 = x + (c1 + c2)
+    ((x_int + c) + UPat.var("y"), constant_last),  # (x + c) + y = (x + y) + c
+    (UPat(Ops.ADD, INTS, name="x"), collect_like_terms),  # a*u + v + b*u = (a+b)*u + v
     (UPat(Ops.ADD, INTS, name="x"), fold_div_mod_pairs),  # (y//c)*c + y%c = y
     ((x_int * c1) * c2, lambda x, c1, c2: x * (c1.arg * c2.arg)),  # (x*c1)*c2 = x*(c1*c2)
     ((x_int + UPat.var("y")) * c, lambda x, y, c: x * c + y * c),  # (x + y)*c = x*c + y*c

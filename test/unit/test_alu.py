@@ -50,10 +50,10 @@ def numpy_op(fn, dtype, *columns):
 
 def check_against_numpy(op, dtype, columns, fn, result_dtype=None):
     expected = numpy_op(fn, dtype, *columns)
-    for i, operands in enumerate(zip(*columns)):
-        ours = exec_alu(op, result_dtype or dtype, list(operands))
+    for i, operands in enumerate(zip(*columns, strict=True)):
+        ours, want = exec_alu(op, result_dtype or dtype, list(operands)), expected[i]
         # C leaves the sign of max(0.0, -0.0) open, and NumPy's float16 and float32 answer differently
-        assert same(ours, expected[i], signed_zero=op is not Ops.MAX), f"{op} {dtype} {operands}: ours {ours!r}, numpy {expected[i]!r}"
+        assert same(ours, want, signed_zero=op is not Ops.MAX), f"{op} {dtype} {operands}: {ours!r} vs numpy {want!r}"
 
 
 def pairs(values):
@@ -89,7 +89,7 @@ def ulps_apart(a: float, b: float, dtype) -> float:
 def test_float_transcendental_within_an_ulp_of_numpy(op, fn, dtype):
     values = as_dtype(AWKWARD_FLOATS + [-200.0, 127.5, 128.0, -126.0, 3.14159, 1e4], dtype)
     expected = numpy_op(fn, dtype, values)
-    for x, want in zip(values, expected.tolist()):
+    for x, want in zip(values, expected.tolist(), strict=True):
         ours = exec_alu(op, dtype, [x])
         if math.isnan(want) or math.isinf(want) or want == 0:
             assert same(ours, want), f"{op}({x!r}) = {ours!r}, numpy {want!r}"
@@ -143,7 +143,8 @@ def test_float32_result_is_rounded_to_float32():
 
 INT_BINARY = [(Ops.ADD, np.add, None), (Ops.MUL, np.multiply, None), (Ops.MAX, np.maximum, None),
               (Ops.CMPLT, np.less, dtypes.bool), (Ops.CMPNE, np.not_equal, dtypes.bool),
-              (Ops.AND, np.bitwise_and, None), (Ops.OR, np.bitwise_or, None), (Ops.XOR, np.bitwise_xor, None)]  # fmt: skip
+              (Ops.AND, np.bitwise_and, None), (Ops.OR, np.bitwise_or, None),
+              (Ops.XOR, np.bitwise_xor, None)]  # fmt: skip
 
 
 def c_division(a, b):
@@ -226,7 +227,7 @@ def test_cast_float_to_int_truncates_toward_zero(to):
     values = [v for v in as_dtype(AWKWARD_FLOATS + [-2.7, 2.7, 255.9, -128.5], dtypes.float32)
               if math.isfinite(v) and dtypes.min(to) <= math.trunc(v) <= dtypes.max(to)]  # fmt: skip
     expected = numpy_op(lambda a: a.astype(NP[to]), dtypes.float32, values)
-    for v, want in zip(values, expected):
+    for v, want in zip(values, expected, strict=True):
         assert same(exec_cast(v, dtypes.float32, to), want), f"({to}){v!r}"
 
 
@@ -254,7 +255,7 @@ def test_cast_matches_numpy(frm, to):
         values = AWKWARD_INTS.get(frm, AWKWARD_INTS[dtypes.int32])
         values = [v for v in values if dtypes.min(frm) <= v <= dtypes.max(frm)]
     expected = numpy_op(lambda a: a.astype(NP[to]), frm, values)
-    for v, want in zip(values, expected):
+    for v, want in zip(values, expected, strict=True):
         assert same(exec_cast(v, frm, to), want), f"({to}){v!r}: ours {exec_cast(v, frm, to)!r}, numpy {want!r}"
 
 
@@ -265,7 +266,7 @@ def test_cast_matches_numpy(frm, to):
 def test_bitcast_matches_numpy_view(frm, to):
     values = as_dtype(AWKWARD_FLOATS, frm) if dtypes.is_float(frm) else AWKWARD_INTS.get(frm, [0, 1, -1, 127, -128])
     expected = np.array(values, dtype=NP[frm]).view(NP[to])
-    for v, want in zip(values, expected):
+    for v, want in zip(values, expected, strict=True):
         assert same(exec_bitcast(v, frm, to), want), f"bitcast<{to}>({v!r})"
 
 
