@@ -7,7 +7,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:

@@ -1,7 +1,7 @@
 """Train a small convolutional network on MNIST to about 98-99% test accuracy, on whatever device is default.
 
-    python examples/beautiful_mnist.py            # CPU; CUDA=1 or PYTHON=1 choose another device
-    STEPS=70 BS=512 python examples/beautiful_mnist.py
+python examples/beautiful_mnist.py            # CPU; CUDA=1 or PYTHON=1 choose another device
+STEPS=70 BS=512 python examples/beautiful_mnist.py
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 

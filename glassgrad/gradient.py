@@ -7,7 +7,8 @@ gradient follows from the table below by the chain rule; no composed op needs a 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp
@@ -56,9 +57,12 @@ def _unpermute(g: Tensor, node: UOp) -> Grads:
 
 
 def _max_grad(g: Tensor, x: Tensor, y: Tensor) -> Grads:
-    """d max(x, y): all to the larger one; at a tie each gets half (as PyTorch's maximum)."""
-    x_wins = (x > y).cast(g.dtype) + x.eq(y).cast(g.dtype) * 0.5
-    return (g * x_wins, g * (1 - x_wins))
+    """d max(x, y): all to the larger one, half each at a tie, and all to a NaN (as PyTorch's maximum)."""
+
+    def share(a: Tensor, b: Tensor) -> Tensor:
+        return (a < b).where(0.0, a.eq(b).where(0.5, 1.0)).cast(g.dtype)
+
+    return (g * share(x, y), g * share(y, x))
 
 
 def _where_grad(g: Tensor, cond: Tensor) -> Grads:

@@ -7,7 +7,8 @@ import functools
 import os
 import pathlib
 import sys
-from typing import Any, Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -7,10 +7,19 @@ import math
 import struct
 import time
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from glassgrad.dtype import DType, bfloat16_to_float, dtypes, float_to_bfloat16, promote_types, to_dtype, truncate
-from glassgrad.dtype import result_type_with_scalar
+from glassgrad.dtype import (
+    DType,
+    bfloat16_to_float,
+    dtypes,
+    float_to_bfloat16,
+    promote_types,
+    result_type_with_scalar,
+    to_dtype,
+    truncate,
+)
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, timed_realize_summary
 from glassgrad.helpers import prod
@@ -164,18 +173,22 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The size of each dimension."""
         return self.uop.shape
 
     @property
     def dtype(self) -> DType:
+        """The element type."""
         return self.uop.dtype
 
     @property
     def device(self) -> str:
+        """The device the tensor lives on."""
         return self.uop.device
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     def numel(self) -> int:
@@ -183,9 +196,11 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return prod(self.shape)
 
     def element_size(self) -> int:
+        """Bytes per element."""
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """Bytes of all elements."""
         return self.numel() * self.dtype.itemsize
 
     def __len__(self) -> int:
@@ -195,8 +210,9 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def __repr__(self) -> str:
         u = self.uop
-        return f"<Tensor <UOp {u.device} {u.shape} {u.dtype.name} ({u.op}, {u.arg if u.op is not Ops.BUFFER else None})>"\
-               f" on {self.device} with grad {self.grad!r}>"  # fmt: skip
+        arg = u.arg if u.op is not Ops.BUFFER else None
+        graph = f"<UOp {u.device} {u.shape} {u.dtype.name} ({u.op}, {arg})>"
+        return f"<Tensor {graph} on {self.device} with grad {self.grad!r}>"
 
     def __bool__(self):
         if self.numel() != 1:
@@ -223,6 +239,8 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         for t in tensors:
             t._set_uop(t._current_uop())
         _become(kernelize([t.uop for t in tensors]))
+        for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
+            t._set_uop(t._current_uop())
         return self
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
@@ -267,6 +285,8 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if value.dtype != self.dtype:
             raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
         target = self._current_uop()
+        if _reads_through_other_view(value._current_uop(), target):
+            value = value.contiguous()  # x.assign(x.T): read everything before anything is overwritten
         # a buffer (or a view of one), or an assign still to run on it: this assign is ordered after that one
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
@@ -318,6 +338,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return Tensor._derived(copy, flat).reshape(self.shape)
 
     def clone(self) -> Tensor:
+        """A copy of this tensor with its own buffer."""
         return self.contiguous() if not self._is_contiguous_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype,
                                                                                    (self.uop + 0,)))  # fmt: skip
 
@@ -371,8 +392,13 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be zero")
-        dtype = to_dtype(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int)
+        dtype = (
+            to_dtype(dtype)
+            if dtype is not None
+            else (
+                dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
+            )
+        )
         count = max(0, math.ceil((stop - start) / step))
         device = Device.canonicalize(device or Device.DEFAULT)
         index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count))
@@ -388,20 +414,25 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return (rows == cols).cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
 
     def full_like(self, fill_value: Any, **kwargs) -> Tensor:
+        """`fill_value` with this tensor's shape, dtype and device."""
         return Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
                            device=kwargs.pop("device", self.device), **kwargs)  # fmt: skip
 
     def zeros_like(self, **kwargs) -> Tensor:
+        """Zeros with this tensor's shape, dtype and device."""
         return self.full_like(0, **kwargs)
 
     def ones_like(self, **kwargs) -> Tensor:
+        """Ones with this tensor's shape, dtype and device."""
         return self.full_like(1, **kwargs)
 
     def rand_like(self, **kwargs) -> Tensor:
+        """Uniform [0, 1) values with this tensor's shape."""
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
         return Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
 
     def randn_like(self, **kwargs) -> Tensor:
+        """Standard normal values with this tensor's shape."""
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
         return Tensor.randn(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
 
@@ -418,11 +449,21 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     @staticmethod
     def test() -> _TrainingMode:
+        """Leave training mode (Tensor.train(False))."""
         return Tensor.train(False)
 
     def _autograd_root(self) -> UOp:
-        """The graph to differentiate: the one that built this tensor, even if it was realized since."""
-        return self._autograd_uop if self._autograd_uop is not None else self.uop
+        """The graph to differentiate: the one that built this tensor, even if it (or a tensor it was built
+        from) was realized since: a realized tensor's node is replaced by the graph that computed it."""
+        root = self._autograd_uop if self._autograd_uop is not None else self.uop
+        built = {t.uop: t._autograd_uop for ref in list(_all_tensors.values())
+                 if (t := ref()) is not None and t._autograd_uop is not None}  # fmt: skip
+        for _ in range(len(built)):  # a graph that stands in may itself contain realized tensors
+            expanded = root.substitute(built) if built else root
+            if expanded is root:
+                break
+            root = expanded
+        return root
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, whether or not it was marked requires_grad."""
@@ -506,22 +547,27 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
+                why = f"the other sizes multiply to {known}, which does not divide {self.numel()}"
+                if known == 0:
+                    why = "-1 is ambiguous where the other sizes multiply to 0"
                 raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
-                                 f"into {shape}")  # fmt: skip
+                                 f"into {shape}: {why}")  # fmt: skip
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         if prod(shape) != self.numel():
             raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
-                             f"into {shape} ({prod(shape)} elements)")  # fmt: skip
+                             f"into {shape} ({prod(shape)} elements); the element count must not change")  # fmt: skip
         return self if shape == self.shape else self._movement(Ops.RESHAPE, shape)
 
     def view(self, *shape) -> Tensor:
+        """The same as reshape: a view with a new shape."""
         return self.reshape(*shape)
 
     def permute(self, *order) -> Tensor:
         """Reorder the dimensions: the result's dim i is this tensor's dim order[i]."""
         order = _shape_arg(order, "permute", allow_negative_one=True)
         if sorted(o % max(self.ndim, 1) for o in order) != list(range(self.ndim)) or len(order) != self.ndim:
-            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
+            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
+                             f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
         order = tuple(o % self.ndim for o in order)
         return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
 
@@ -580,7 +626,9 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         dim = self._axis(dim, "squeeze")
-        return self if not self.shape or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+        if not self.shape or self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a size-1 dimension at `dim`."""
@@ -632,24 +680,31 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return self if dtype == self.dtype else Tensor(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def float(self) -> Tensor:
+        """This tensor as float32."""
         return self.cast(dtypes.float32)
 
     def half(self) -> Tensor:
+        """This tensor as float16."""
         return self.cast(dtypes.float16)
 
     def double(self) -> Tensor:
+        """This tensor as float64."""
         return self.cast(dtypes.float64)
 
     def int(self) -> Tensor:
+        """This tensor as int32."""
         return self.cast(dtypes.int32)
 
     def long(self) -> Tensor:
+        """This tensor as int64."""
         return self.cast(dtypes.int64)
 
     def bool(self) -> Tensor:
+        """This tensor as bool (nonzero is True)."""
         return self.cast(dtypes.bool)
 
     def bfloat16(self) -> Tensor:
+        """This tensor as bfloat16."""
         return self.cast(dtypes.bfloat16)
 
     def _float_input(self) -> Tensor:
@@ -695,6 +750,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return x._alu(Ops.IDIV, y)
 
     def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise division rounded down (Python's //)."""
         return self.div(other, reverse, rounding_mode="floor")
 
     def mod(self, other: Any, reverse: bool = False) -> Tensor:
@@ -725,9 +781,9 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def where(self, x: Any, y: Any) -> Tensor:
         """x where this (a condition) is true, else y."""
         cond = self if self.dtype == dtypes.bool else self.ne(0)
-        if not isinstance(x, Tensor):
-            x = Tensor(x, device=self.device, dtype=y.dtype if isinstance(y, Tensor) and not isinstance(
-                x, float) else None)  # fmt: skip
+        if not isinstance(x, Tensor):  # a Python scalar takes the other side's dtype unless it lifts the kind
+            dtype = result_type_with_scalar(y.dtype, x) if isinstance(y, Tensor) else None
+            x = Tensor(x, device=self.device, dtype=dtype)
         x, y = x._binary_operands(y, "where")
         shape = _broadcast_shape(cond.shape, x.shape, "where")
         cond, x, y = (t._broadcast_to(shape, "where") for t in (cond, x, y))
@@ -771,12 +827,15 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return x._alu(op, y)
 
     def bitwise_and(self, other: Any) -> Tensor:
+        """Elementwise & of bools or integers."""
         return self._bitwise(Ops.AND, other, "&")
 
     def bitwise_or(self, other: Any) -> Tensor:
+        """Elementwise | of bools or integers."""
         return self._bitwise(Ops.OR, other, "|")
 
     def bitwise_xor(self, other: Any) -> Tensor:
+        """Elementwise ^ of bools or integers."""
         return self._bitwise(Ops.XOR, other, "^")
 
     def bitwise_not(self) -> Tensor:
@@ -786,9 +845,11 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype), "~")
 
     def lshift(self, bits: Any) -> Tensor:
+        """Shift integer elements left by `bits`."""
         return self._bitwise(Ops.SHL, bits, "<<")
 
     def rshift(self, bits: Any) -> Tensor:
+        """Shift integer elements right by `bits`."""
         return self._bitwise(Ops.SHR, bits, ">>")
 
     # ---- reductions ----
@@ -948,9 +1009,20 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
     out = []
     for i, (x, y) in enumerate(zip(a2, b2)):
         if x != y and x != 1 and y != 1:
-            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}")
+            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
+                             "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+def _reads_through_other_view(value: UOp, target: UOp) -> bool:
+    """Whether `value` reads the buffer under `target` through a view other than `target` itself."""
+    if value is target:
+        return False
+    for node in value.toposort(enter=lambda n: n is not target):
+        if node is not target and node.op in GroupOp.Movement and node.base is target.base:
+            return True
+    return False
 
 
 def _resolve(node: UOp) -> UOp:
@@ -991,4 +1063,3 @@ def _become(mapping: dict[UOp, UOp]) -> None:
         t = ref()
         if t is not None and t.uop in _replaced:
             t._set_uop(_resolve(t.uop))
-

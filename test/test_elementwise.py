@@ -6,13 +6,15 @@ import operator
 import numpy as np
 import pytest
 
-from glassgrad import Device, Tensor, dtypes
-from glassgrad.codegen import get_program
+from glassgrad import GlobalCounters, Tensor, dtypes
+from glassgrad.dtype import DType
 from helpers import LAYOUTS, assert_matches, check, make_input
 
 # Pairs of shapes that broadcast, including empty, single-element and odd sizes.
-BROADCAST_SHAPES = [((3,), (3,)), ((1,), (1,)), ((0,), (0,)), ((0,), (1,)), ((2, 3), (3,)), ((2, 1), (1, 3)),
-                    ((3, 1, 5), (4, 1)), ((), (2, 3)), ((2, 0), (2, 1))]  # fmt: skip
+BROADCAST_SHAPES = [
+    ((3,), (3,)), ((1,), (1,)), ((0,), (0,)), ((0,), (1,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((3, 1, 5), (4, 1)),
+    ((), (2, 3)), ((2, 0), (2, 1)), ((2, 0, 3), (2, 1, 3)), ((0, 5, 4), (4,)),
+]  # fmt: skip
 
 ARITHMETIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv}
 
@@ -25,15 +27,11 @@ def test_arithmetic_of_two_tensors_broadcasts_like_numpy(device, op, shapes):
     check(shapes, fn, fn, device, low=low)
 
 
-# symbolic.py gives RANGE(0) the bounds (0, 0), so the loop over a size-0 dimension folds to the constant 0 and
-# vanishes: a kernel whose output is (0, 3) or (2, 0, 3) still loops over the 3 (and the 2), writing past the end of
-# its 0-byte output buffer. On CPU that corrupts the heap (an (0, 5, 4) output crashed the interpreter), so these
-# shapes are checked here without running the kernel, and are left out of the tests that do run.
-@pytest.mark.parametrize("shape", [(0, 3), (2, 0, 3)], ids=str)
-def test_kernel_for_an_empty_output_moves_no_memory(device, shape):
-    x = Tensor.empty(*shape, device=device)
-    for item in (x + 1).schedule():
-        assert get_program(item.ast, Device[device].renderer).mem == 0
+def test_empty_results_run_no_kernel(device):
+    for shape in [(0,), (0, 3), (2, 0, 3), (0, 5, 4)]:
+        _, x = make_input(shape, device)
+        GlobalCounters.reset()
+        assert (x + 1).numpy().shape == shape and GlobalCounters.kernel_count == 0
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -85,20 +83,22 @@ PROMOTIONS = [
     (dtypes.int32, dtypes.float16, dtypes.float16),
     (dtypes.bool, dtypes.uint8, dtypes.uint8),
     (dtypes.float32, dtypes.float64, dtypes.float64),
-    (dtypes.uint16, dtypes.int16, dtypes.int32),
+    (dtypes.uint16, dtypes.int16, dtypes.int32),  # PyTorch refuses these two; NumPy's rule: the next wider signed
     (dtypes.uint32, dtypes.int32, dtypes.int64),
 ]
 
 
 @pytest.mark.parametrize("left, right, expected", PROMOTIONS, ids=str)
 def test_addition_promotes_dtypes_like_pytorch(device, left, right, expected):
-    x = Tensor([1, 0, 1], device=device, dtype=left)
-    other = Tensor([1, 1, 0], device=device, dtype=right) if isinstance(right, type(dtypes.int8)) else right
+    left_values = [1, 0, 1]
+    right_values = [1, 1, 0] if isinstance(right, DType) else [right] * 3
+    x = Tensor(left_values, device=device, dtype=left)
+    other = Tensor(right_values, device=device, dtype=right) if isinstance(right, DType) else right
+    want = [a + b for a, b in zip(left_values, right_values, strict=True)]
+    if expected == dtypes.bool:
+        want = [bool(v) for v in want]
     for result in (x + other, other + x):
         assert result.dtype == expected
-        want = [float(a) + float(b) for a, b in zip([1, 0, 1], [1, 1, 0] if isinstance(other, Tensor) else [right] * 3)]
-        if expected == dtypes.bool:
-            want = [bool(v) for v in want]
         assert result.tolist() == pytest.approx(want)
 
 
@@ -115,10 +115,20 @@ COMPARISONS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": op
 @pytest.mark.parametrize("op", COMPARISONS)
 def test_comparison_of_tensors_gives_bool(device, op):
     fn = COMPARISONS[op]
-    # small integers as floats, so that equal values occur
+    # values in [-2, 2), so that equal values occur; the second pair compares float32 with int8
     check([(2, 3), (3,)], fn, fn, device, dtype=dtypes.int32, low=-2, high=2)
     check([(2, 3), (2, 1)], lambda x, y: fn(x.float(), y), lambda x, y: fn(x, y), device, dtype=dtypes.int8,
           low=-2, high=2, expected_dtype=dtypes.bool)  # fmt: skip
+
+
+def test_comparisons_and_maximum_with_nan(device):
+    values = np.array([np.nan, 1.0, np.nan, -np.inf], dtype=np.float32)
+    others = np.array([1.0, np.nan, np.nan, np.inf], dtype=np.float32)
+    x, y = Tensor(values, device=device), Tensor(others, device=device)
+    for name, fn in COMPARISONS.items():
+        assert fn(x, y).tolist() == fn(values, others).tolist(), name
+    assert_matches(x.maximum(y), np.maximum(values, others))
+    assert_matches(x.minimum(y), np.minimum(values, others))
 
 
 @pytest.mark.parametrize("op", COMPARISONS)
@@ -221,7 +231,7 @@ def test_pow_with_int_exponent(device, exponent):
 
 @pytest.mark.parametrize("exponent", [0.5, 2.5, -1.5, 0.0, 2.0, 17.0], ids=str)
 def test_pow_with_float_exponent_of_positive_base(device, exponent):
-    check([(2, 3)], lambda x: x**exponent, lambda x: x**np.float32(exponent), device, low=0.1, high=2, rtol=1e-5)
+    check([(2, 3)], lambda x: x**exponent, lambda x: x ** np.float32(exponent), device, low=0.1, high=2, rtol=1e-5)
 
 
 def test_pow_of_negative_base(device):

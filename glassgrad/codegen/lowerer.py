@@ -75,7 +75,8 @@ class Lowerer:
     def _lower_view(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         """A view over an expression: index the expression through the view; outside its mask it is 0."""
         flat, valid = node.arg.to_indexed(list(idxs))
-        inner = node.src[0] if node.src[0].op is Ops.CONST else self.value(node.src[0], tuple(unravel(flat, node.src[0].shape)))
+        src = node.src[0]
+        inner = src if src.op is Ops.CONST else self.value(src, tuple(unravel(flat, src.shape)))
         return inner if _is_true(valid) else valid.where(inner, inner.const_like(0))
 
     def _unroll(self, node: UOp, axis: int) -> int:

@@ -8,7 +8,8 @@ scheduling and compiling entirely: it swaps the new inputs' buffers in and repla
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.realize import ExecItem, capturing
 from glassgrad.helpers import getenv
@@ -121,8 +122,9 @@ class TinyJit(Generic[R]):
     def _check_same_call(self, args: tuple, kwargs: dict) -> None:
         now = _signature(args, kwargs)
         if len(now) != len(self.signature) or any(a[0] != b[0] for a, b in zip(now, self.signature)):
-            raise TypeError(f"TinyJit: {self.fn.__name__} was captured with arguments "
-                            f"{[n for n, _ in self.signature]} and is now called with {[n for n, _ in now]}")  # fmt: skip
+            before, after = [n for n, _ in self.signature], [n for n, _ in now]
+            raise TypeError(f"TinyJit: {self.fn.__name__} was captured with arguments {before} and is now called "
+                            f"with {after}")  # fmt: skip
         for (name, kind), (_, captured) in zip(now, self.signature):
             if kind != captured:
                 hint = "" if kind[0] == captured[0] == "Tensor" else "; pass values that change as Tensors"

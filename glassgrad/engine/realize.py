@@ -45,8 +45,13 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
             print(f"--- kernel AST ---\n{ast}")
         spec = get_program(ast, dev.renderer)
         if DEBUG >= 4:
-            print("--- linear program ---\n" + "\n".join(f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} "
-                  f"{[spec.program.index(s) for s in u.src]} {u.arg!r}" for i, u in enumerate(spec.program)))
+            print(
+                "--- linear program ---\n"
+                + "\n".join(
+                    f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} {[spec.program.index(s) for s in u.src]} {u.arg!r}"
+                    for i, u in enumerate(spec.program)
+                )
+            )
         if DEBUG >= 3:
             print(f"optimizations: {list(spec.opts) or 'none'}")
             print(spec.src)

@@ -14,6 +14,12 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return (Tensor.rand(*shape) * (2 * bound) - bound).contiguous()
 
 
+def _filled(shape: tuple[int, ...], value: float, dtype: str = "float32", requires_grad: bool | None = None) -> Tensor:
+    """A tensor of `value` in a buffer of its own. Tensor.full(...).contiguous() is not enough: equal lazy graphs are
+    one interned node, so two such tensors of one shape (a weight and a running_var) would share a buffer."""
+    return Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
+
+
 def _tuple(value: int | tuple[int, ...], n: int) -> tuple[int, ...]:
     return (value,) * n if isinstance(value, int) else tuple(value)
 
@@ -48,7 +54,8 @@ class _ConvNd:
         self.bias = _uniform((out_channels,), bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv2d(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        conv = (Tensor.conv1d, Tensor.conv2d, Tensor.conv3d)[self.dims - 1]
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class Conv1d(_ConvNd):
@@ -94,11 +101,11 @@ class BatchNorm:
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                  track_running_stats: bool = True):  # fmt: skip
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
-        self.weight = Tensor.ones(num_features).contiguous() if affine else None
-        self.bias = Tensor.zeros(num_features).contiguous() if affine else None
-        self.running_mean = Tensor.zeros(num_features, requires_grad=False).contiguous()
-        self.running_var = Tensor.ones(num_features, requires_grad=False).contiguous()
-        self.num_batches_tracked = Tensor.zeros(1, dtype="int64", requires_grad=False).contiguous()
+        self.weight = _filled((num_features,), 1.0) if affine else None
+        self.bias = _filled((num_features,), 0.0) if affine else None
+        self.running_mean = _filled((num_features,), 0.0, requires_grad=False)
+        self.running_var = _filled((num_features,), 1.0, requires_grad=False)
+        self.num_batches_tracked = _filled((), 0, "int64", requires_grad=False)  # 0-d, as torch's
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.running_mean.shape[0]:
@@ -129,8 +136,8 @@ class LayerNorm:
                  bias: bool = True):  # fmt: skip
         self.normalized_shape = _tuple(normalized_shape, 1)
         self.eps = eps
-        self.weight = Tensor.ones(*self.normalized_shape).contiguous() if elementwise_affine else None
-        self.bias = Tensor.zeros(*self.normalized_shape).contiguous() if elementwise_affine and bias else None
+        self.weight = _filled(self.normalized_shape, 1.0) if elementwise_affine else None
+        self.bias = _filled(self.normalized_shape, 0.0) if elementwise_affine and bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.shape[-len(self.normalized_shape) :] != self.normalized_shape:
@@ -155,7 +162,7 @@ class RMSNorm:
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float | None = None,
                  elementwise_affine: bool = True):  # fmt: skip
         self.normalized_shape, self.eps = _tuple(normalized_shape, 1), eps
-        self.weight = Tensor.ones(*self.normalized_shape).contiguous() if elementwise_affine else None
+        self.weight = _filled(self.normalized_shape, 1.0) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.rms_norm(self.normalized_shape, self.weight, self.eps)
@@ -168,8 +175,8 @@ class GroupNorm:
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.eps = num_groups, eps
-        self.weight = Tensor.ones(num_channels).contiguous() if affine else None
-        self.bias = Tensor.zeros(num_channels).contiguous() if affine else None
+        self.weight = _filled((num_channels,), 1.0) if affine else None
+        self.bias = _filled((num_channels,), 0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.group_norm(self.num_groups, self.weight, self.bias, self.eps)
@@ -180,8 +187,8 @@ class InstanceNorm:
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
         self.eps = eps
-        self.weight = Tensor.ones(num_features).contiguous() if affine else None
-        self.bias = Tensor.zeros(num_features).contiguous() if affine else None
+        self.weight = _filled((num_features,), 1.0) if affine else None
+        self.bias = _filled((num_features,), 0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.group_norm(x.shape[1], self.weight, self.bias, self.eps)

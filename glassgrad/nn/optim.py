@@ -38,6 +38,8 @@ class Optimizer:
     def step(self) -> None:
         """Update every parameter that has a gradient, then run the update (one fused schedule)."""
         self.step_count.assign(self.step_count + 1)
+        # a gradient reads the old values of other parameters: compute them all before any parameter is overwritten
+        Tensor.realize(*[p.grad for p in self.params if p.grad is not None])
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -130,7 +132,8 @@ class Adam(LAMB):
     """Adam (Kingma and Ba) with PyTorch's defaults; weight_decay adds weight_decay * p to the gradient."""
 
     def __init__(self, params: list[Tensor], lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, b1: float | None = None, b2: float | None = None):  # fmt: skip
+                 eps: float = 1e-8, weight_decay: float = 0.0, b1: float | None = None,
+                 b2: float | None = None):  # fmt: skip
         b1, b2 = (betas[0] if b1 is None else b1), (betas[1] if b2 is None else b2)
         super().__init__(params, lr, b1, b2, eps, 0.0, adam=True)
         self.l2 = weight_decay

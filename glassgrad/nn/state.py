@@ -50,15 +50,15 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if missing or unexpected:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected} "
                            "(pass strict=False to load only the keys both have)")  # fmt: skip
-    for key, target in own.items():
-        if key not in state_dict:
-            continue
-        value = state_dict[key]
-        if value.shape != target.shape:
-            raise ValueError(f"load_state_dict: {key!r} has shape {value.shape} in the state dict but "
-                             f"{target.shape} in the model")  # fmt: skip
-        target.assign(value.to(target.device).cast(target.dtype).contiguous())
-    if realize:
+    common = [key for key in own if key in state_dict]
+    for key in common:  # every shape is checked before anything is written: a failed load changes nothing
+        if state_dict[key].shape != own[key].shape:
+            raise ValueError(f"load_state_dict: {key!r} has shape {state_dict[key].shape} in the state dict but "
+                             f"{own[key].shape} in the model")  # fmt: skip
+    for key in common:
+        target = own[key]
+        target.assign(state_dict[key].to(target.device).cast(target.dtype).contiguous())
+    if realize and own:
         Tensor.realize(*own.values())
 
 
@@ -133,8 +133,9 @@ def _tensors_from_safetensors(path: str, data: memoryview, device: str | None) -
             raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets [{begin}, {end}] outside the "
                              f"{available} bytes of data")  # fmt: skip
         if end - begin != prod(shape) * dtype.itemsize:
+            needed = prod(shape) * dtype.itemsize
             raise ValueError(f"safe_load: {path}: tensor {name!r} of shape {shape} and dtype {info['dtype']} needs "
-                             f"{prod(shape) * dtype.itemsize} bytes but its data_offsets span {end - begin}")  # fmt: skip
+                             f"{needed} bytes but its data_offsets span {end - begin}")  # fmt: skip
         raw = bytes(data[start + begin : start + end])
         out[name] = Tensor.frombuffer(raw, dtype, shape, device)
     return out
@@ -203,11 +204,18 @@ def _rebuild_parameter(data: Tensor, requires_grad: bool, *_unused: Any) -> Tens
     return data
 
 
+class _StateDict(dict):
+    """collections.OrderedDict as torch's state_dict() pickles it: a dict, and a `_metadata` attribute we drop."""
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     """Builds only tensors, storages and plain containers; refuses every other global a pickle names."""
 
     ALLOWED = {
-        ("collections", "OrderedDict"): dict,
+        ("collections", "OrderedDict"): _StateDict,
         ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
         ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     }

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
-from glassgrad.dtype import DType, PtrDType, dtypes
+from glassgrad.dtype import DType, PtrDType, dtypes, float_to_bfloat16
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
@@ -66,6 +66,8 @@ class CStyleRenderer(Renderer):
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.bool:
             return "1" if value else "0"
+        if dtype == dtypes.bfloat16:  # stored as its 16 bits; math on it runs in float after gg_bf2f
+            return f"((unsigned short){float_to_bfloat16(float(value))})"
         if dtypes.is_float(dtype):
             if math.isnan(value):
                 text = "NAN"

@@ -64,7 +64,8 @@ class CCompiler(Compiler):
             except FileNotFoundError:
                 raise RuntimeError(f"C compiler {self.cc!r} not found; install gcc or set CC to a compiler") from None
             if done.returncode != 0:
-                raise RuntimeError(f"{self.cc} failed to compile a kernel:\n{done.stderr.decode()}\n--- source ---\n{src}")
+                error = done.stderr.decode()
+                raise RuntimeError(f"{self.cc} failed to compile a kernel:\n{error}\n--- source ---\n{src}")
             with open(out, "rb") as f:
                 return f.read()
 

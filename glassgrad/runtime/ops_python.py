@@ -78,7 +78,6 @@ class PythonProgram(Program):
     def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait: bool = False) -> float | None:
         start = time.perf_counter()
         code, values = self.code, [None] * len(self.code)
-        memories: dict[int, Memory] = {}
         pc = 0
         while pc < len(code):
             op, dtype, src, arg = code[pc]

@@ -60,6 +60,8 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     def add(node: UOp) -> None:
         while node.op is Ops.DETACH:
             node = node.src[0]
+        if node.op in GroupOp.Movement and node.base.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN):
+            node = node.base  # a view of a node that gets a buffer anyway is a view of that buffer
         if not is_view_of_buffer(node):
             points[node] = None
 

@@ -6,7 +6,8 @@ import enum
 import functools
 import math
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from glassgrad.dtype import DType, dtypes, truncate
 from glassgrad.helpers import prod

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from glassgrad.dtype import DType
 from glassgrad.uop.ops import GroupOp, Ops, UOp

@@ -168,17 +168,13 @@ def test_integer_ops_keep_integer_dtype(name):
 # The C renderer writes a bfloat16 constant as ((unsigned short)0.5f), the integer 0 rather than the bits of 0.5, so
 # bfloat16 math with a constant in it is wrong on CPU (PYTHON is right). Repro, renderer/cstyle.py render_const:
 #   (Tensor([3.0], dtype=dtypes.bfloat16) * 0.5).tolist() == [0.0] on CPU, [1.5] on PYTHON
-BFLOAT16_CONSTANT_BUG = pytest.mark.xfail(reason="renderer: bfloat16 constants render as integers", strict=True)
 HALF_OPS = ["exp", "log", "sigmoid", "tanh", "gelu", "erf", "softplus", "silu", "atan", "cos", "relu", "square",
             "leaky_relu", "hardtanh", "relu6", "round", "floor"]  # fmt: skip
-HIT_BY_BFLOAT16_BUG = {"leaky_relu", "hardtanh", "relu6", "round", "floor"}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", HALF_OPS)
-def test_16_bit_float_math_rounds_like_torch(name, dtype, request):
-    if dtype == "bfloat16" and name in HIT_BY_BFLOAT16_BUG:
-        request.applymarker(BFLOAT16_CONSTANT_BUG)
+def test_16_bit_float_math_rounds_like_torch(name, dtype):
     torch_fn, ours = UNARY_BY_NAME[name]
     x = np.linspace(0.1 if name == "log" else -4, 4, 301).astype(np.float32)
     got = ours(Tensor(x).cast(dtype))
@@ -243,7 +239,6 @@ def test_maximum_minimum_split_the_gradient_at_ties_like_torch(name):
 # gradient to both inputs where either is NaN. Suggested rule: dx = g * where(x < y, 0, where(x == y, 0.5, 1)), and
 # dy = g * where(y < x, 0, where(x == y, 0.5, 1)). Repro: x = Tensor([nan], requires_grad=True);
 # x.maximum(Tensor([1.0])).sum().backward(); x.grad is [0.0], PyTorch's is [1.0].
-@pytest.mark.xfail(reason="gradient.py MAX rule: NaN's gradient goes to the other input", strict=True)
 @pytest.mark.parametrize("name", ["maximum", "minimum"])
 def test_maximum_minimum_gradient_with_nan_matches_torch(name):
     x = np.array([math.nan, 1.0, math.nan], np.float32)

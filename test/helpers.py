@@ -1,0 +1,94 @@
+"""One way to compare glassgrad with NumPy: random inputs of given shapes and layouts, run through both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from glassgrad import Tensor, dtypes
+from glassgrad.dtype import DType
+
+DEVICES = ("CPU", "PYTHON")
+
+# The ways an input can be laid out in memory; every one but "contiguous" reads through a non-trivial view.
+LAYOUTS = ("contiguous", "transposed", "strided", "flipped", "expanded")
+
+NUMPY_DTYPES = {
+    dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.uint8: np.uint8, dtypes.int16: np.int16,
+    dtypes.uint16: np.uint16, dtypes.int32: np.int32, dtypes.uint32: np.uint32, dtypes.int64: np.int64,
+    dtypes.uint64: np.uint64, dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np.float64,
+}  # fmt: skip
+
+
+def glassgrad_dtype(np_dtype) -> DType:
+    """The glassgrad dtype of a NumPy dtype."""
+    for ours, theirs in NUMPY_DTYPES.items():
+        if np.dtype(theirs) == np.dtype(np_dtype):
+            return ours
+    raise TypeError(f"no glassgrad dtype for NumPy's {np_dtype}")
+
+
+def random_array(shape: tuple[int, ...], dtype: DType = dtypes.float32, low: float = -3, high: float = 3,
+                 seed: int = 0) -> np.ndarray:  # fmt: skip
+    """Reproducible random values of `shape`: uniform in [low, high), whole numbers for integer dtypes."""
+    rng = np.random.default_rng(seed)
+    if dtype == dtypes.bool:
+        return rng.random(shape) < 0.5
+    if dtypes.is_int(dtype):
+        return rng.integers(low, high, shape, endpoint=False).astype(NUMPY_DTYPES[dtype])
+    return rng.uniform(low, high, shape).astype(NUMPY_DTYPES[dtype])
+
+
+def make_input(shape: tuple[int, ...], device: str, dtype: DType = dtypes.float32, layout: str = "contiguous",
+               low: float = -3, high: float = 3, seed: int = 0) -> tuple[np.ndarray, Tensor]:  # fmt: skip
+    """The same values of `shape` as a NumPy array and as a glassgrad Tensor, read through a view for `layout`."""
+    shape = tuple(shape)
+    if layout == "contiguous":
+        stored, view = shape, lambda x: x
+    elif layout == "transposed":  # stored with the axes reversed, read through .T
+        stored, view = shape[::-1], lambda x: x.T
+    elif layout == "strided":  # every other element of a buffer twice as long in each dimension
+        stored, view = tuple(2 * s for s in shape), lambda x: x[tuple(slice(None, None, 2) for _ in shape)]
+    elif layout == "flipped":  # every axis reversed
+        stored, view = shape, lambda x: x[tuple(slice(None, None, -1) for _ in shape)]
+    elif layout == "expanded":  # the first axis broadcast from size 1
+        stored = (1,) + shape[1:] if shape else ()
+        view = lambda x: x if not shape else (x.expand(shape) if isinstance(x, Tensor) else np.broadcast_to(x, shape))  # noqa: E731
+    else:
+        raise ValueError(f"unknown layout {layout!r}; use one of {LAYOUTS}")
+    array = random_array(stored, dtype, low, high, seed)
+    # realized flat and reshaped lazily: the input is a buffer seen through a view, and realizing it runs no kernel
+    tensor = Tensor(array.reshape(-1), device=device).realize().reshape(stored)
+    return view(array), view(tensor)
+
+
+def assert_matches(ours: Tensor, expected: np.ndarray, dtype: DType | None = None, rtol: float = 1e-5,
+                   atol: float = 1e-6) -> None:  # fmt: skip
+    """Same shape, the dtype `dtype` (NumPy's result dtype if None) and the same values (exact for ints and bools)."""
+    expected = np.asarray(expected)
+    dtype = dtype if dtype is not None else glassgrad_dtype(expected.dtype)
+    assert ours.shape == expected.shape, f"shape {ours.shape} != NumPy's {expected.shape}"
+    assert ours.dtype == dtype, f"dtype {ours.dtype} != {dtype}"
+    got = ours.numpy()
+    if dtypes.is_float(dtype):
+        np.testing.assert_allclose(got, expected.astype(got.dtype), rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, expected.astype(got.dtype))
+
+
+def check(shapes: Sequence[tuple[int, ...]], ours: Callable[..., Tensor], numpy_fn: Callable[..., np.ndarray],
+          device: str, dtype: DType = dtypes.float32, layout: str = "contiguous", low: float = -3, high: float = 3,
+          expected_dtype: DType | None = None, rtol: float = 1e-5, atol: float = 1e-6) -> Tensor:  # fmt: skip
+    """Run `ours` on glassgrad tensors and `numpy_fn` on NumPy arrays of the same random values; compare them.
+
+    One input per shape, each of `dtype` and read through `layout`. The result must have NumPy's shape and values,
+    and `expected_dtype` (NumPy's result dtype when None: pass it where PyTorch's promotion differs from NumPy's).
+    """
+    pairs = [make_input(s, device, dtype, layout, low, high, seed=i) for i, s in enumerate(shapes)]
+    arrays, tensors = [a for a, _ in pairs], [t for _, t in pairs]
+    result = ours(*tensors)
+    with np.errstate(all="ignore"):
+        expected = numpy_fn(*arrays)
+    assert_matches(result, expected, expected_dtype, rtol, atol)
+    return result

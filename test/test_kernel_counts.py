@@ -1,0 +1,255 @@
+"""How many kernels run (GlobalCounters), and realize, schedule, kernelize, contiguous and assign."""
+
+import numpy as np
+import pytest
+
+from glassgrad import GlobalCounters, Tensor, dtypes
+from glassgrad.uop import Ops
+from helpers import assert_matches, make_input
+
+
+def realized(shape, device, seed=0):
+    """A realized random float32 tensor and its values; the counters start from zero after it."""
+    array, tensor = make_input(shape, device, seed=seed)
+    tensor = tensor.contiguous().realize()
+    GlobalCounters.reset()
+    return array, tensor
+
+
+def kernels_to_realize(*tensors) -> int:
+    before = GlobalCounters.kernel_count
+    tensors[0].realize(*tensors[1:])
+    return GlobalCounters.kernel_count - before
+
+
+# ---- fusion ----
+
+
+def test_five_op_elementwise_chain_is_one_kernel(device):
+    a, x = realized((4, 5), device)
+    y = ((x + 1) * 2 - 0.5).exp() / 3
+    assert kernels_to_realize(y) == 1
+    assert_matches(y, np.exp((a + 1) * 2 - 0.5) / 3, rtol=1e-5)
+
+
+def test_chain_over_two_inputs_is_one_kernel(device):
+    (a, x), (b, y) = realized((3, 4), device), realized((4,), device, seed=1)
+    z = (x * y + x).relu().sqrt()
+    assert kernels_to_realize(z) == 1
+    assert_matches(z, np.sqrt(np.maximum(a * b + a, 0)), rtol=1e-5)
+
+
+def test_product_then_sum_is_one_kernel(device):
+    (a, x), (b, y) = realized((3, 4), device), realized((3, 4), device, seed=1)
+    z = (x * y).sum()
+    assert kernels_to_realize(z) == 1
+    assert_matches(z, (a * b).sum(), rtol=1e-5)
+
+
+def test_elementwise_before_a_row_sum_is_one_kernel(device):
+    a, x = realized((3, 5), device)
+    z = ((x + 1) * 2).sum(axis=1)
+    assert kernels_to_realize(z) == 1
+    assert_matches(z, ((a + 1) * 2).sum(axis=1), rtol=1e-5)
+
+
+def test_elementwise_after_a_reduce_fuses_with_it(device):
+    a, x = realized((3, 5), device)
+    z = x.sum(axis=1).exp() + 1
+    assert kernels_to_realize(z) == 1
+    assert_matches(z, np.exp(a.sum(axis=1)) + 1, rtol=1e-5)
+
+
+VIEWS = {
+    "T": (lambda x: x.T, lambda a: a.T, 1),
+    "reshape": (lambda x: x.reshape(6, 2), lambda a: a.reshape(6, 2), 0),  # still row-major: read as it is
+    "permute": (lambda x: x.permute(1, 0), lambda a: a.transpose(1, 0), 1),
+    "expand": (
+        lambda x: x.reshape(3, 1, 4).expand(3, 2, 4),
+        lambda a: np.broadcast_to(a.reshape(3, 1, 4), (3, 2, 4)),
+        1,
+    ),
+    "slice": (lambda x: x[::-1, 1:], lambda a: a[::-1, 1:], 1),
+    "flip and pad": (lambda x: x.flip(1).pad(((1, 0), None)), lambda a: np.pad(a[:, ::-1], ((1, 0), (0, 0))), 1),
+}
+
+
+@pytest.mark.parametrize("ours, theirs, kernels_to_read", VIEWS.values(), ids=VIEWS.keys())
+def test_views_of_a_realized_tensor_run_no_kernel_until_read(device, ours, theirs, kernels_to_read):
+    a, x = realized((3, 4), device)
+    v = ours(x)
+    assert v.schedule() == [] and GlobalCounters.kernel_count == 0
+    assert kernels_to_realize(v) == 0
+    values = v.numpy()  # a view that is not row-major is copied into a contiguous buffer to be read
+    assert GlobalCounters.kernel_count == kernels_to_read
+    np.testing.assert_array_equal(values, theirs(a))
+
+
+def test_identical_subgraphs_run_once(device):
+    a, x = realized((4,), device)
+    first, second = x * 4, x * 4
+    assert first is not second and first.uop is second.uop
+    assert kernels_to_realize(first, second) == 1
+    assert first.uop is second.uop
+    assert_matches(second, a * 4)
+
+
+def test_realizing_one_of_two_identical_graphs_realizes_both(device):
+    a, x = realized((4,), device)
+    first, second = x * 4, x * 4
+    first.realize()
+    assert first.uop is second.uop
+    GlobalCounters.reset()
+    assert second.tolist() == (a * 4).tolist() and GlobalCounters.kernel_count == 0
+
+
+def test_realizing_twice_runs_once(device):
+    _, x = realized((3,), device)
+    y = x + 1
+    assert kernels_to_realize(y) == 1 and kernels_to_realize(y) == 0
+
+
+def test_shared_input_read_by_two_outputs(device):
+    a, x = realized((2, 3), device)
+    y, z = x.exp(), x * 2
+    assert kernels_to_realize(y, z) == 2
+    assert_matches(y, np.exp(a), rtol=1e-5)
+    assert_matches(z, a * 2)
+
+
+def test_reduce_read_by_a_broadcast_gets_its_own_kernel(device):
+    a, x = realized((3, 4), device)
+    y = x - x.max(axis=1, keepdim=True)  # the max must finish before it is subtracted from each row
+    assert kernels_to_realize(y) == 2
+    assert_matches(y, a - a.max(axis=1, keepdims=True))
+
+
+def test_global_counters_count_ops_and_memory(device):
+    _, x = realized((8,), device)
+    (x + 1).realize()
+    assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_ops >= 8
+    assert GlobalCounters.global_mem >= 2 * 8 * 4  # read 8 floats, wrote 8 floats
+    GlobalCounters.reset()
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+
+
+# After realize(), a tensor made from multi-dimensional data is RESHAPE(COPY): the reshape becomes a realize point of
+# its own, so creating the tensor runs a copy kernel on top of the COPY. A reshape of a copied buffer is only a view.
+# (On PYTHON the host data is already a PYTHON buffer: no COPY, no extra kernel.)
+
+
+@pytest.mark.parametrize("device", [pytest.param("CPU", marks=()), "PYTHON"])
+def test_realizing_a_tensor_from_2d_data_runs_no_kernel(device):
+    GlobalCounters.reset()
+    Tensor(np.ones((2, 3), dtype=np.float32), device=device).realize()
+    assert GlobalCounters.kernel_count == 0
+
+
+# ---- schedule, kernelize, realize ----
+
+
+def test_schedule_lists_the_kernels_realize_would_run(device):
+    _, x = realized((3, 4), device)
+    assert len((x + 1).schedule()) == 1
+    assert len((x * 2).exp().sum(axis=0).schedule()) == 1
+    y = x - x.sum(axis=1, keepdim=True)
+    assert len(y.schedule()) == 2
+    assert GlobalCounters.kernel_count == 0  # scheduling runs nothing
+    y.realize()
+    assert GlobalCounters.kernel_count == 2
+
+
+def test_schedule_includes_copies_from_the_host(device):
+    t = Tensor([1, 2, 3], device=device)
+    items = (t + 1).schedule()
+    assert len(items) == (2 if device != "PYTHON" else 1)  # host data lives on PYTHON: only other devices copy
+    assert items[-1].ast.op is Ops.SINK
+
+
+def test_kernelize_replaces_the_graph_with_kernels(device):
+    _, x = realized((4,), device)
+    y = x + 3 + 4
+    assert y.uop.op is Ops.ADD
+    y.kernelize()
+    assert y.uop.op is Ops.ASSIGN and y.uop.src[0].op is Ops.BUFFER and y.uop.src[1].op is Ops.KERNEL
+    assert GlobalCounters.kernel_count == 0  # nothing ran yet
+    assert y.uop.src[1].arg.ast.op is Ops.SINK
+
+
+def test_realize_returns_the_tensor_backed_by_a_buffer(device):
+    _, x = realized((4,), device)
+    y = x * 2
+    assert y.realize() is y
+    assert y.uop.op is Ops.BUFFER and y.uop.device == device
+
+
+def test_realize_of_several_tensors_at_once(device):
+    a, x = realized((4,), device)
+    y, z = x + 1, x - 1
+    y.realize(z)
+    assert y.uop.op is Ops.BUFFER and z.uop.op is Ops.BUFFER
+    assert_matches(z, a - 1)
+
+
+def test_contiguous_copies_a_view_into_its_own_buffer(device):
+    a, x = realized((2, 3), device)
+    y = x.T.contiguous()
+    assert kernels_to_realize(y) == 1
+    assert y.uop.base.op is Ops.BUFFER and y.shape == (3, 2)
+    assert_matches(y, a.T)
+    assert kernels_to_realize(y.contiguous()) == 0  # already contiguous: nothing to do
+
+
+# ---- assign ----
+
+
+def test_assign_writes_in_place(device):
+    a, x = realized((2, 3), device)
+    buffer = x.uop.base
+    x.assign(x + 1).realize()
+    assert x.uop.base is buffer, "the same buffer holds the new values"
+    assert_matches(x, a + 1)
+    x.assign(x * 2).realize()
+    assert_matches(x, (a + 1) * 2)
+
+
+def test_assign_is_lazy_until_realized(device):
+    a, x = realized((3,), device)
+    x.assign(x + 1)
+    assert GlobalCounters.kernel_count == 0
+    assert_matches(x, a + 1)
+
+
+# kernelize's _reads_target_elsewhere only looks for non-movement nodes that read the target through another view;
+# a value that is nothing but a view of the target (x.T) is missed, so the kernel reads elements it already wrote.
+def test_assign_of_own_transpose_gives_the_transpose(device):
+    a, x = realized((3, 3), device)
+    x.assign(x.T).realize()
+    assert_matches(x, a.T)
+
+
+def test_assign_of_math_on_own_transpose(device):
+    a, x = realized((3, 3), device)
+    x.assign(x.T * 2 + x).realize()
+    assert_matches(x, a.T * 2 + a)
+
+
+def test_assign_a_constant_and_a_tensor_of_another_shape(device):
+    _, x = realized((2, 3), device)
+    x.assign(5.0).realize()
+    assert x.tolist() == [[5.0] * 3] * 2
+    x.assign(Tensor([1.0, 2.0, 3.0], device=device)).realize()
+    assert x.tolist() == [[1.0, 2.0, 3.0]] * 2
+
+
+def test_in_place_operators_assign(device):
+    a, x = realized((4,), device)
+    x += 1
+    x *= 3
+    assert_matches(x.realize(), (a + 1) * 3, rtol=1e-6)
+
+
+def test_assign_with_wrong_dtype_is_an_error(device):
+    x = Tensor([1.0, 2.0], device=device)
+    with pytest.raises(TypeError, match=r"assign: value has dtype dtypes.int .* dtypes.float; use .cast\(\)"):
+        x.assign(Tensor([1, 2], device=device, dtype=dtypes.int32))
