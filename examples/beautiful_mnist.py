@@ -73,7 +73,7 @@ def main() -> float:
         GlobalCounters.reset()
         samples = Tensor.randint(batch_size, high=X_train.shape[0])
         loss = train_step(samples.contiguous().realize())
-        if step % 10 == 0 or step == steps:
+        if step % getenv("EVAL_EVERY", 35) == 0 or step == steps:  # the full 10,000 test images
             accuracy = test_accuracy().item()
         progress(step, steps, f"loss {loss.item():6.3f}  test accuracy {accuracy:5.2f}%", started)
     return accuracy

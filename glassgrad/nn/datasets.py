@@ -34,8 +34,10 @@ IDX_MAGIC = {2049: 1, 2051: 3}  # labels: 1 dimension; images: 3
 
 
 def search_dirs(name: str, path: str | os.PathLike | None) -> list[pathlib.Path]:
-    """Where a dataset is looked for, in order: the folder given, $GLASSGRAD_DATA/<name>, the project, Debian's."""
-    dirs = [pathlib.Path(path)] if path is not None else []
+    """Where a dataset is looked for: only the folder given, else $GLASSGRAD_DATA/<name>, the project, Debian's."""
+    if path is not None:  # a folder the user names is where the files must be: no silent fallback to other copies
+        return [pathlib.Path(path)]
+    dirs = []
     if env := os.environ.get("GLASSGRAD_DATA"):
         dirs.append(pathlib.Path(env) / name)
     dirs += [PROJECT_ROOT / "datasets" / name, pathlib.Path("/usr/share/datasets") / name]
@@ -48,8 +50,12 @@ def read_idx(raw: bytes, where: str) -> tuple[bytes, tuple[int, ...]]:
         raise ValueError(f"{where}: {len(raw)} bytes is too short for an idx file")
     (magic,) = struct.unpack(">I", raw[:4])
     if magic not in IDX_MAGIC:
-        raise ValueError(f"{where}: magic number {magic} is not an idx label (2049) or image (2051) file")
+        hint = "; it looks gzip-compressed (name it .gz)" if raw[:2] == b"\x1f\x8b" else ""
+        raise ValueError(f"{where}: magic number {magic} (0x{magic:08x}) is not an idx label (2049) or image (2051) "
+                         f"file{hint}")  # fmt: skip
     ndim = IDX_MAGIC[magic]
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError(f"{where}: {len(raw)} bytes is too short for the header of an idx file of {ndim} dimensions")
     shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     payload = raw[4 + 4 * ndim :]
     if len(payload) != prod(shape):

@@ -191,15 +191,14 @@ class StepLR(LRScheduler):
 
 
 class CosineAnnealingLR(LRScheduler):
-    """Cosine decay from the initial rate to eta_min over T_max steps."""
+    """Cosine decay from the initial rate to eta_min over T_max steps, then back up over the next T_max (as torch)."""
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer)
 
     def get_lr(self) -> float:
-        progress = min(self.epoch, self.T_max) / self.T_max
-        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2
+        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * self.epoch / self.T_max)) / 2
 
 
 class OneCycleLR(LRScheduler):
@@ -210,7 +209,7 @@ class OneCycleLR(LRScheduler):
         self.max_lr, self.total_steps = max_lr, total_steps
         self.initial_lr = max_lr / div_factor
         self.final_lr = self.initial_lr / final_div_factor
-        self.warmup_steps = max(1.0, pct_start * total_steps - 1)
+        self.peak_step = pct_start * total_steps - 1  # torch's phase boundary: max_lr is reached here
         super().__init__(optimizer)
 
     @staticmethod
@@ -218,7 +217,8 @@ class OneCycleLR(LRScheduler):
         return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
     def get_lr(self) -> float:
-        if self.epoch <= self.warmup_steps:
-            return self._cosine(self.initial_lr, self.max_lr, self.epoch / self.warmup_steps)
-        remaining = max(1.0, self.total_steps - 1 - self.warmup_steps)
-        return self._cosine(self.max_lr, self.final_lr, min(1.0, (self.epoch - self.warmup_steps) / remaining))
+        if self.epoch <= self.peak_step and self.peak_step > 0:
+            return self._cosine(self.initial_lr, self.max_lr, self.epoch / self.peak_step)
+        remaining = self.total_steps - 1 - self.peak_step
+        fraction = (self.epoch - self.peak_step) / remaining if remaining > 0 else 1.0
+        return self._cosine(self.max_lr, self.final_lr, min(1.0, fraction))
