@@ -139,7 +139,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     training: bool = False
     no_grad = _GradSwitch()
     _seed: int = int(time.time())
-    _rng_counter: int = 0
+    _rng_states: dict[str, Tensor] = {}  # the random generator state per device (see RandomMixin)
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):  # fmt: skip

@@ -39,24 +39,35 @@ class RandomMixin:
     """Tensor methods for random tensors, initializers, sampling and dropout."""
 
     _seed: int
-    _rng_counter: int
+    _rng_states: dict[str, Tensor]
 
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
         """Make the random functions reproducible from `seed`."""
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"manual_seed: the seed must be an int, got {type(seed).__name__} {seed!r}")
-        cls._seed, cls._rng_counter = seed, 0
+        cls._seed, cls._rng_states = seed, {}
+
+    @classmethod
+    def _rng_state(cls, device: str) -> Tensor:
+        """The generator's (key, counter) on a device: a buffer, so that TinyJit's replays advance it too."""
+        states = cls.__dict__.get("_rng_states")
+        if states is None:
+            states = cls._rng_states = {}
+        if device not in states:
+            # the key mixes the seed with a constant, so that seed 0 does not begin with hash(0) ^ 0 = 0
+            key = (cls._seed ^ (cls._seed >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
+            states[device] = cls([key, 0], device=device, dtype=dtypes.uint32).contiguous().realize()
+        return states[device]
 
     @classmethod
     def _random_bits(cls, count: int, device: str) -> Tensor:
-        """`count` uint32 values from a hash of (seed, counter): each call advances the counter."""
-        # the key mixes the seed with a constant, so that seed 0 does not begin with hash(0) ^ 0 = 0
-        key = (cls._seed ^ (cls._seed >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
-        state = cls([key, cls._rng_counter & 0xFFFFFFFF], device=device, dtype=dtypes.uint32)
-        cls._rng_counter += count
+        """`count` uint32 values from a hash of (seed, counter): each call advances the counter (lazily, by assign)."""
+        state = cls._rng_state(device)
         counter = cls.arange(count, device=device, dtype=dtypes.uint32)
-        return _mix32(_mix32(counter + state[1]) ^ state[0])
+        bits = _mix32(_mix32(counter + state[1]) ^ state[0])
+        state.assign(state + cls([0, count & 0xFFFFFFFF], device=device, dtype=dtypes.uint32))
+        return bits
 
     @classmethod
     def rand(cls, *shape: int, dtype: DType | str | None = None, device: str | None = None,
