@@ -292,3 +292,48 @@ def test_000_devices_run_the_same_ops():
     x_python = Tensor([1, 2, 3], device="PYTHON")
     assert (x_cpu * 2).device == "CPU" and (x_python * 2).device == "PYTHON"
     assert (x_cpu * 2).tolist() == (x_python * 2).tolist() == [2, 4, 6]
+
+
+# ---- the seeds' autograd examples (seed 000 chapters 1 and 3, seed 003 "Automatic Differentiation") ----
+
+
+def test_000_gradient_of_x_cubed_is_3x_squared(device):
+    x = Tensor([2.0], requires_grad=True)
+    y = x * x * x
+    y.backward()
+    assert x.grad.numpy().tolist() == [12.0]
+
+
+def test_000_gradient_of_x_plus_2_times_3_is_3(device):
+    x = Tensor([1.0], requires_grad=True)
+    y = (x + 2) * 3
+    y.backward()
+    assert x.grad.tolist() == [3.0]
+
+
+def test_000_gradient_of_a_dot_product(device):
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = Tensor([4.0, 5.0, 6.0], requires_grad=True)
+    z = (x * y).sum()
+    z.backward()
+    assert x.grad.tolist() == [4.0, 5.0, 6.0]
+    assert y.grad.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_003_gradient_of_a_quadratic(device):
+    x = Tensor([2.0], requires_grad=True)
+    y = x**2 + 3 * x + 1
+    loss = y.sum()
+    assert x.item() == 2.0
+    assert y.item() == 11.0
+    (grad,) = loss.gradient(x)
+    assert grad.item() == 7.0
+
+
+def test_003_chain_rule_through_log(device):
+    x = Tensor([2.0], requires_grad=True)
+    z = (x**2 + 1).log()
+    loss = z.sum()
+    assert abs(z.item() - 1.6094378232955933) < 1e-6  # log(5)
+    (grad,) = loss.gradient(x)
+    assert abs(grad.item() - 0.8) < 1e-6  # 2x / (x^2 + 1) at x = 2
