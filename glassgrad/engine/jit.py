@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from glassgrad.engine.realize import ExecItem, capturing
 from glassgrad.helpers import getenv
 from glassgrad.runtime.device import Buffer
+from glassgrad.uop.ops import UOp
 
 R = TypeVar("R")
 
@@ -26,16 +27,46 @@ def _tensor_class():
 
 def _signature(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """What a call's arguments look like: for a tensor its shape, dtype and device; for anything else its value."""
+    named = [(f"argument {i}", a) for i, a in enumerate(args)]
+    named += [(f"argument {k!r}", kwargs[k]) for k in sorted(kwargs)]  # keyword order does not matter
+    return [(name, _kind(v)) for name, v in named]
+
+
+def _kind(v: Any) -> tuple:
+    """A tensor by shape, dtype and device; lists, tuples and dicts by their items; anything else by type and value."""
     Tensor = _tensor_class()
-    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
-    return [(name, ("Tensor", v.shape, v.dtype, v.device) if isinstance(v, Tensor) else ("value", v))
-            for name, v in named]  # fmt: skip
+    if isinstance(v, Tensor):
+        return ("Tensor", v.shape, v.dtype, v.device)
+    if isinstance(v, (list, tuple)):
+        return ("sequence", type(v), tuple(_kind(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", type(v), tuple((k, _kind(x)) for k, x in v.items()))
+    return ("value", type(v), v)
+
+
+def _same_kind(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0] or (a[0] != "Tensor" and a[1] is not b[1]):
+        return False
+    if a[0] == "sequence":
+        return len(a[2]) == len(b[2]) and all(_same_kind(x, y) for x, y in zip(a[2], b[2]))
+    if a[0] == "dict":
+        return len(a[2]) == len(b[2]) and all(k == j and _same_kind(x, y) for (k, x), (j, y) in zip(a[2], b[2]))
+    if a[0] == "value":
+        try:  # a value whose == is not a plain bool (a NumPy array) only matches itself
+            return bool(a[2] == b[2])
+        except Exception:
+            return a[2] is b[2]
+    return a == b
 
 
 def _describe(kind: tuple) -> str:
     if kind[0] == "Tensor":
         return f"a Tensor of shape {kind[1]}, {kind[2]} on {kind[3]}"
-    return f"{type(kind[1]).__name__} {kind[1]!r}"
+    if kind[0] == "sequence":
+        return f"{kind[1].__name__} of [{', '.join(_describe(k) for k in kind[2])}]"
+    if kind[0] == "dict":
+        return f"{kind[1].__name__} of {{{', '.join(f'{k!r}: {_describe(v)}' for k, v in kind[2])}}}"
+    return f"{kind[1].__name__} {kind[2]!r}"
 
 
 def _tensors_in(value: Any) -> list:
@@ -58,12 +89,16 @@ class TinyJit(Generic[R]):
         self.items: list[ExecItem] = []
         self.input_slots: list[tuple[int, int, int]] = []  # (item, buffer position, input number)
         self.signature: list[tuple[str, Any]] | None = None
+        self.sharing: tuple[int, ...] = ()  # for each input, the first input with the same buffer
+        self.internal: set[int] = set()  # ids of the captured buffers that are not inputs
         self.result: R | None = None
+        self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
+        self.sharing, self.internal, self.result_inputs = (), set(), []
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -74,14 +109,14 @@ class TinyJit(Generic[R]):
         inputs = self._realized_inputs(args, kwargs)
         if self.calls >= 2:
             return self._replay(args, kwargs, inputs)
+        # a call counts once it has run: a function that raised while being captured is captured again next call
+        result = self._run_and_realize(args, kwargs) if self.calls == 0 else self._capture(args, kwargs, inputs)
         self.calls += 1
-        if self.calls == 1:
-            return self._run_and_realize(args, kwargs)
-        return self._capture(args, kwargs, inputs)
+        return result
 
     def _realized_inputs(self, args: tuple, kwargs: dict) -> list:
         """The tensor arguments, each realized as a contiguous buffer (so replays can swap buffers in)."""
-        inputs = _tensors_in(list(args) + list(kwargs.values()))
+        inputs = _tensors_in(list(args) + [kwargs[k] for k in sorted(kwargs)])  # in _signature's order
         for t in inputs:
             if not t._is_contiguous_buffer():
                 t._set_uop(t.contiguous().realize().uop)
@@ -106,30 +141,79 @@ class TinyJit(Generic[R]):
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
+        self.sharing = _sharing(inputs)
+        self.internal = {id(b) for item in recorded for b in item.bufs if id(b) not in input_buffers}
+        for i, j, _ in self.input_slots:  # every replay swaps its own inputs in: the capture's need not stay allocated
+            recorded[i].bufs[j] = None  # type: ignore[call-overload]
+        # outputs that are inputs (or views of them): replays return the new inputs in their place
+        input_nodes = {t.uop.base: n for n, t in enumerate(inputs)}
+        self.result_inputs = []
+        for r, t in enumerate(_tensors_in(result)):
+            same = next((n for n, i in enumerate(inputs) if i is t), None)
+            if same is not None:
+                self.result_inputs.append((r, same, None))
+            elif (n := input_nodes.get(t.uop.base)) is not None:
+                self.result_inputs.append((r, n, t.uop))
         return result
 
     def _replay(self, args: tuple, kwargs: dict, inputs: list) -> R:
-        self._check_same_call(args, kwargs)
+        self._check_same_call(args, kwargs, inputs)
         buffers = [_buffer_of_tensor(t) for t in inputs]
+        for n, b in enumerate(buffers):
+            if id(b) in self.internal:  # an earlier output passed back in: the replay would overwrite it as it reads
+                buffers[n] = Buffer(b.device, b.size, b.dtype).copyin(b.as_bytes())
         swapped: dict[int, list[Buffer]] = {}
         for item_index, position, input_number in self.input_slots:
             bufs = swapped.setdefault(item_index, list(self.items[item_index].bufs))
             bufs[position] = buffers[input_number]
         for i, item in enumerate(self.items):
             item.run(swapped.get(i))
-        return self.result  # type: ignore[return-value]
+        if not self.result_inputs:
+            return self.result  # type: ignore[return-value]
+        captured = _tensors_in(self.result)
+        fresh = {id(captured[r]): _fresh(inputs[n], view) for r, n, view in self.result_inputs}
+        return _replace_tensors(self.result, fresh)
 
-    def _check_same_call(self, args: tuple, kwargs: dict) -> None:
+    def _check_same_call(self, args: tuple, kwargs: dict, inputs: list) -> None:
+        name = getattr(self.fn, "__name__", repr(self.fn))
         now = _signature(args, kwargs)
         if len(now) != len(self.signature) or any(a[0] != b[0] for a, b in zip(now, self.signature)):
             before, after = [n for n, _ in self.signature], [n for n, _ in now]
-            raise TypeError(f"TinyJit: {self.fn.__name__} was captured with arguments {before} and is now called "
+            raise TypeError(f"TinyJit: {name} was captured with arguments {before} and is now called "
                             f"with {after}")  # fmt: skip
-        for (name, kind), (_, captured) in zip(now, self.signature):
-            if kind != captured:
-                hint = "" if kind[0] == captured[0] == "Tensor" else "; pass values that change as Tensors"
-                raise TypeError(f"TinyJit: {name} of {self.fn.__name__} was {_describe(captured)} when captured "
+        for (arg, kind), (_, captured) in zip(now, self.signature):
+            if not _same_kind(kind, captured):
+                hint = "; pass values that change as Tensors" if "value" in (kind[0], captured[0]) else ""
+                raise TypeError(f"TinyJit: {arg} of {name} was {_describe(captured)} when captured "
                                 f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
+        if (sharing := _sharing(inputs)) != self.sharing:
+            i = next(i for i, (a, b) in enumerate(zip(self.sharing, sharing)) if a != b)
+            owner = lambda s: "its own buffer" if s == i else f"the buffer of tensor input {s}"
+            raise TypeError(f"TinyJit: tensor input {i} of {name} had {owner(self.sharing[i])} when captured and "
+                            f"now has {owner(sharing[i])}; the kernels were captured for the first "
+                            f"(call .reset() to capture again)")  # fmt: skip
+
+
+def _fresh(new_input, view: UOp | None):
+    """The new input, or a tensor for the same view of it."""
+    return new_input if view is None else _tensor_class()(view.substitute({view.base: new_input.uop.base}))
+
+
+def _sharing(inputs: list) -> tuple[int, ...]:
+    ids = [id(_buffer_of_tensor(t)) for t in inputs]
+    return tuple(ids.index(i) for i in ids)
+
+
+def _replace_tensors(value: Any, fresh: dict[int, Any]) -> Any:
+    """`value` (a tensor, or lists, tuples and dicts of them) with the tensors whose ids are in `fresh` replaced."""
+    if id(value) in fresh:
+        return fresh[id(value)]
+    if isinstance(value, (list, tuple)):
+        items = [_replace_tensors(v, fresh) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple takes fields
+    if isinstance(value, dict):
+        return type(value)((k, _replace_tensors(v, fresh)) for k, v in value.items())
+    return value
 
 
 def _buffer_of_tensor(t) -> Buffer:

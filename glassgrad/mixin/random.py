@@ -46,7 +46,9 @@ class RandomMixin:
         """Make the random functions reproducible from `seed`."""
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"manual_seed: the seed must be an int, got {type(seed).__name__} {seed!r}")
-        cls._seed, cls._rng_states = seed, {}
+        cls._seed = seed
+        for device, state in cls.__dict__.get("_rng_states", {}).items():  # in place: captured kernels read them
+            state.assign(cls([cls._rng_key(), 0], device=device, dtype=dtypes.uint32)).realize()
 
     @classmethod
     def _rng_state(cls, device: str) -> Tensor:
@@ -55,10 +57,13 @@ class RandomMixin:
         if states is None:
             states = cls._rng_states = {}
         if device not in states:
-            # the key mixes the seed with a constant, so that seed 0 does not begin with hash(0) ^ 0 = 0
-            key = (cls._seed ^ (cls._seed >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
-            states[device] = cls([key, 0], device=device, dtype=dtypes.uint32).contiguous().realize()
+            states[device] = cls([cls._rng_key(), 0], device=device, dtype=dtypes.uint32).contiguous().realize()
         return states[device]
+
+    @classmethod
+    def _rng_key(cls) -> int:
+        # the key mixes the seed with a constant, so that seed 0 does not begin with hash(0) ^ 0 = 0
+        return (cls._seed ^ (cls._seed >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
 
     @classmethod
     def _random_bits(cls, count: int, device: str) -> Tensor:

@@ -213,7 +213,8 @@ def build_kernel(point: UOp) -> UOp:
     """The ASSIGN(BUFFER, KERNEL) that computes `point`, whose realized inputs are BUFFER or ASSIGN nodes."""
     if point.op is Ops.COPY:
         out = new_buffer(point.device, point.size, point.dtype)
-        return _kernel(out, [point.src[0].base], point)
+        # the AST names only the target device: the COPY node itself would keep its whole graph alive
+        return _kernel(out, [point.src[0].base], UOp(Ops.COPY, point.dtype, (), point.device))
     if point.op is Ops.ASSIGN:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
