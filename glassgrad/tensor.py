@@ -21,12 +21,12 @@ from glassgrad.dtype import (
     truncate,
 )
 from glassgrad.engine.counters import GlobalCounters
-from glassgrad.engine.realize import buffer_of, run_schedule, timed_realize_summary
+from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, create_schedule, kernelize
-from glassgrad.schedule.kernelize import new_buffer
+from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
@@ -251,10 +251,12 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
+        others = (*others, *_readers_of_overwritten((self, *others)))
         items = self.schedule(*others)
         run_schedule(items)
         done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in (self, *others)))
-        _become({n: n.src[0] for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL})
+        ran = [n for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL]
+        _become({n: _renamed_after_assign(n) for n in ran})
         for t in (self, *others):
             t._set_uop(t._current_uop())
         timed_realize_summary(start, before)
@@ -269,7 +271,8 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """A tensor with its own buffer in row-major order (a no-op if this one already is)."""
         if self._is_contiguous_buffer():
             return self
-        return Tensor._derived(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), self)
+        # each call gets its own buffer, even for identical graphs: an assign to one must not change the other
+        return Tensor._derived(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique())), self)
 
     def detach(self) -> Tensor:
         """The same values, cut from the autograd graph."""
@@ -1023,6 +1026,39 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
         if node is not target and node.op in GroupOp.Movement and node.base is target.base:
             return True
     return False
+
+
+def _renamed_after_assign(assigned: UOp) -> UOp:
+    """The BUFFER a realized ASSIGN(BUFFER, KERNEL) leaves behind. A buffer an assign overwrote gets a new name for
+    the same memory: graphs built from it later must not match results remembered from its old contents."""
+    buffer = assigned.src[0]
+    if not assigned.src[1].arg.assign:
+        return buffer
+    alias = new_buffer(buffer.device, buffer.arg, buffer.dtype)
+    share_buffer(alias, buffer)
+    return alias
+
+
+def _readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """Live lazy tensors that read a buffer one of these tensors' assigns overwrites: realized in the same run
+    (before the assign), they keep the values they were built to have, as in eager execution."""
+    graph = UOp(Ops.SINK, dtypes.void, tuple(t._current_uop() for t in tensors)).toposort()
+    written = {_base_buffer(n.src[0]) for n in graph if n.op is Ops.ASSIGN and n.src[1].op is not Ops.KERNEL}
+    if not written:
+        return []
+    chosen = set(map(id, tensors))
+    lazy = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and id(t) not in chosen
+            and t.uop.base.op not in (Ops.BUFFER, Ops.ASSIGN)]  # fmt: skip
+    reads: dict[UOp, bool] = {}
+    for node in UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in lazy)).toposort():
+        reads[node] = node in written or any(reads[s] for s in node.src if node.op is not Ops.ASSIGN)
+    return [t for t in lazy if reads.get(t.uop)]
+
+
+def _base_buffer(node: UOp) -> UOp:
+    while node.op is not Ops.BUFFER and node.src:
+        node = node.base if node.base is not node else node.src[0]
+    return node
 
 
 def _resolve(node: UOp) -> UOp:

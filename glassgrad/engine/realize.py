@@ -16,6 +16,11 @@ from glassgrad.uop.ops import Ops, UOp
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
+def share_buffer(alias: UOp, node: UOp) -> None:
+    """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
+    _buffers[alias] = buffer_of(node)
+
+
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
     if (found := _buffers.get(node)) is None:

@@ -17,13 +17,28 @@ class ScheduleItem:
     bufs: tuple[UOp, ...]
 
 
+def _buffer(node: UOp) -> UOp:
+    return node if node.op is Ops.BUFFER else node.src[0]
+
+
 def create_schedule(roots: list[UOp]) -> list[ScheduleItem]:
-    """The kernels under kernelized roots, each after the kernels whose outputs it reads."""
-    items = []
-    for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort():
-        if node.op is Ops.KERNEL:
-            bufs = tuple(s if s.op is Ops.BUFFER else s.src[0] for s in node.src)
-            items.append(ScheduleItem(node.arg.ast, bufs))
+    """The kernels under kernelized roots, each after the kernels whose outputs it reads, and each assign after
+    every kernel that reads the old contents of the buffer it overwrites."""
+    kernels = [n for n in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort() if n.op is Ops.KERNEL]
+    after: dict[UOp, set[UOp]] = {k: {s.src[1] for s in k.src if s.op is Ops.ASSIGN} for k in kernels}
+    readers: dict[UOp, list[UOp]] = {}  # buffer -> kernels that read it as it was before this schedule
+    for k in kernels:
+        for s in k.src[1:]:
+            if s.op is Ops.BUFFER:
+                readers.setdefault(s, []).append(k)
+    for k in kernels:
+        if k.arg.assign:
+            after[k] |= {r for r in readers.get(_buffer(k.src[0]), []) if r is not k}
+    items, done = [], set()
+    while len(done) < len(kernels):  # Kahn's algorithm, keeping the data-dependency order where it is free
+        ready = next(k for k in kernels if k not in done and after[k] <= done)
+        done.add(ready)
+        items.append(ScheduleItem(ready.arg.ast, tuple(_buffer(s) for s in ready.src)))
     return items
 
 

@@ -19,10 +19,14 @@ from glassgrad.uop.view import ShapeTracker
 _unique_ids = itertools.count(1 << 20)
 
 
+def fresh_unique() -> UOp:
+    """A node unlike any other: it keeps two otherwise identical nodes apart (two buffers, two copies)."""
+    return UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
+
+
 def new_buffer(device: str, size: int, dtype) -> UOp:
     """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
-    unique = UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
-    return UOp(Ops.BUFFER, dtype, (unique, UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+    return UOp(Ops.BUFFER, dtype, (fresh_unique(), UOp(Ops.DEVICE, dtypes.void, (), device)), size)
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Kernel:
     """The arg of a KERNEL node: the AST the kernel computes."""
 
     ast: UOp
+    assign: bool = False  # writes into a buffer that existed before (an assign), rather than a new one
 
     def __repr__(self) -> str:
         return f"<Kernel {self.ast.op.name}>"
@@ -195,9 +200,9 @@ def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
     return graph_rewrite(done[value], fold_movement)
 
 
-def _kernel(out: UOp, sources: list[UOp], ast: UOp) -> UOp:
+def _kernel(out: UOp, sources: list[UOp], ast: UOp, assign: bool = False) -> UOp:
     """ASSIGN(buffer, KERNEL(out, *sources)); `out` may be the ASSIGN that last wrote the buffer (an ordering)."""
-    kernel = UOp(Ops.KERNEL, dtypes.void, (out, *sources), Kernel(ast))
+    kernel = UOp(Ops.KERNEL, dtypes.void, (out, *sources), Kernel(ast, assign))
     return UOp(Ops.ASSIGN, out.dtype, (out if out.op is Ops.BUFFER else out.src[0], kernel))
 
 
@@ -226,7 +231,7 @@ def build_kernel(point: UOp) -> UOp:
     out_buffer = out if out.op is Ops.BUFFER else out.src[0]
     glob = UOp(Ops.DEFINE_GLOBAL, out.dtype.ptr(out_buffer.arg), (), 0)
     store = UOp(Ops.STORE, dtypes.void, (glob, UOp(Ops.VIEW, dtypes.void, (), store_st), ast_value))
-    return _kernel(out, list(inputs), UOp(Ops.SINK, dtypes.void, (store,)))
+    return _kernel(out, list(inputs), UOp(Ops.SINK, dtypes.void, (store,)), assign=point.op is Ops.ASSIGN)
 
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
