@@ -111,19 +111,13 @@ class BatchNorm:
         if x.ndim < 2 or x.shape[1] != self.running_mean.shape[0]:
             raise ValueError(f"BatchNorm: input of shape {x.shape} should have {self.running_mean.shape[0]} "
                              "channels in dimension 1")  # fmt: skip
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-        if Tensor.training or not self.track_running_stats:
-            mean = x.mean(axes)
-            var = (x - mean.reshape(1, -1, *[1] * (x.ndim - 2))).square().mean(axes)
-            if Tensor.training and self.track_running_stats:
-                count = x.numel() // x.shape[1]
-                unbiased = var.detach() * (count / max(count - 1, 1))
-                self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
-                self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
-                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-        else:
-            mean, var = self.running_mean, self.running_var
-        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+        update = Tensor.training and self.track_running_stats
+        if update:
+            self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        # batch statistics while training (or with no running ones); Tensor.batch_norm updates the running ones
+        running = (self.running_mean, self.running_var) if self.track_running_stats else (None, None)
+        return x.batch_norm(*running, self.weight, self.bias, training=Tensor.training or not self.track_running_stats,
+                            momentum=self.momentum, eps=self.eps)  # fmt: skip
 
 
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
