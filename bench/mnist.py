@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from bench.common import header, tinygrad_cpu  # noqa: E402
 from glassgrad import getenv  # noqa: E402
 
-STEPS, BS, SEED = getenv("STEPS", 70), getenv("BS", 512), getenv("SEED", 42)
+STEPS, BS, SEED = getenv("STEPS", 100), getenv("BS", 512), getenv("SEED", 42)  # as examples/beautiful_mnist.py
 FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
 COLUMNS = ("first step s", "median step ms", "test s", "total s", "test acc %", "last loss", "vs torch", "vs tinygrad")
 
