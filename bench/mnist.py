@@ -1,7 +1,7 @@
 """The beautiful_mnist training step on real MNIST: glassgrad vs PyTorch (CPU, eager) vs tinygrad 0.14 (CPU).
 
 Run: python bench/mnist.py
-     STEPS=70 BS=512 SEED=42 FRAMEWORKS=torch,glassgrad,tinygrad python bench/mnist.py   (the defaults)
+     STEPS=100 BS=512 SEED=42 FRAMEWORKS=torch,glassgrad,tinygrad python bench/mnist.py   (the defaults)
 
 Each framework builds the same network (examples/beautiful_mnist.py's Model), trains it with Adam in training mode
 on the same seed-chosen batches for STEPS steps, then scores the full 10,000 test images. A step's time runs from

@@ -1,7 +1,7 @@
 """Train a small convolutional network on MNIST to about 98-99% test accuracy, on whatever device is default.
 
 python examples/beautiful_mnist.py            # CPU; CUDA=1 or PYTHON=1 choose another device
-STEPS=70 BS=512 python examples/beautiful_mnist.py
+STEPS=100 BS=512 python examples/beautiful_mnist.py
 """
 
 from __future__ import annotations
