@@ -66,6 +66,21 @@ def _scale_and_shift(x: Tensor, weight: Tensor | None, bias: Tensor | None, shap
     return x + bias.reshape(shape) if bias is not None else x
 
 
+def _running_stats_start(x: Tensor, op: str, args: tuple, momentum: float, eps: float, batch_stats: bool,
+                         flag: str) -> tuple[tuple, Tensor | None]:  # fmt: skip
+    """The shared start of batch_norm and instance_norm: the checked per-channel arguments, and, when batch
+    statistics are off, the result normalized by the running statistics (None otherwise)."""
+    running_mean, running_var, weight, bias = args
+    args = _per_channel_args(x, op, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
+    _check_momentum(momentum, op)
+    if batch_stats:
+        return args, None
+    running_mean, running_var, weight, bias = args
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{op}: running_mean and running_var are required when {flag}")
+    return args, x.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
+
+
 def _per_channel_args(x: Tensor, op: str, **tensors: Any) -> list[Tensor | None]:
     """Check that x is (N, C, *) and that each per-channel tensor is None or of shape (C,); return them in order."""
     if x.ndim < 2:
@@ -645,14 +660,11 @@ class NNMixin:
                    weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                    momentum: float = 0.1, eps: float = 1e-5) -> Tensor:  # fmt: skip
         """torch's batch_norm over (N, C, *): batch statistics when training, assigning the running ones (lazily)."""
-        running_mean, running_var, weight, bias = _per_channel_args(
-            self, "batch_norm", running_mean=running_mean, running_var=running_var, weight=weight, bias=bias
+        (running_mean, running_var, weight, bias), from_running = _running_stats_start(
+            self, "batch_norm", (running_mean, running_var, weight, bias), momentum, eps, training, "training=False"
         )
-        _check_momentum(momentum, "batch_norm")
-        if not training:
-            if running_mean is None or running_var is None:
-                raise ValueError("batch_norm: running_mean and running_var are required when training=False")
-            return self.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
+        if from_running is not None:
+            return from_running
         count = self.numel() // self.shape[1] if self.shape[1] else 0
         if count <= 1:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got {self.shape}")
@@ -666,14 +678,17 @@ class NNMixin:
                       weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
                       momentum: float = 0.1, eps: float = 1e-5) -> Tensor:  # fmt: skip
         """torch's instance_norm: normalize each channel of each sample of an (N, C, *) input over its positions."""
-        running_mean, running_var, weight, bias = _per_channel_args(
-            self, "instance_norm", running_mean=running_mean, running_var=running_var, weight=weight, bias=bias
+        (running_mean, running_var, weight, bias), from_running = _running_stats_start(
+            self,
+            "instance_norm",
+            (running_mean, running_var, weight, bias),
+            momentum,
+            eps,
+            use_input_stats,
+            "use_input_stats=False",
         )
-        _check_momentum(momentum, "instance_norm")
-        if not use_input_stats:
-            if running_mean is None or running_var is None:
-                raise ValueError("instance_norm: running_mean and running_var are required when use_input_stats=False")
-            return self.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
+        if from_running is not None:
+            return from_running
         count = prod(self.shape[2:])
         if count <= 1:
             raise ValueError(f"instance_norm: expected more than 1 spatial element per channel, got input {self.shape}")
