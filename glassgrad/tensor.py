@@ -1042,6 +1042,8 @@ def _renamed_after_assign(assigned: UOp) -> UOp:
 def _readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
     """Live lazy tensors that read a buffer one of these tensors' assigns overwrites: realized in the same run
     (before the assign), they keep the values they were built to have, as in eager execution."""
+    if not Tensor._pending_assigns():  # the common case costs one pass over the live tensors, no graph walk
+        return []
     graph = UOp(Ops.SINK, dtypes.void, tuple(t._current_uop() for t in tensors)).toposort()
     written = {_base_buffer(n.src[0]) for n in graph if n.op is Ops.ASSIGN and n.src[1].op is not Ops.KERNEL}
     if not written:
