@@ -7,6 +7,7 @@ import weakref
 
 from glassgrad.codegen import ProgramSpec, get_program
 from glassgrad.engine.counters import GlobalCounters
+from glassgrad.engine.memory import plan_memory
 from glassgrad.helpers import DEBUG, colored
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -106,13 +107,19 @@ def lower_item(item: ScheduleItem) -> ExecItem:
     return ExecItem(get_kernel(bufs[0].device, item.ast), bufs)
 
 
-def run_schedule(schedule: list[ScheduleItem]) -> None:
-    """Run each item in order: copies move bytes, kernels run compiled programs."""
+def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
+    """Run each item in order: copies move bytes, kernels run compiled programs. The buffers of `intermediates`
+    (BUFFER nodes nothing reads after this run) may share memory where their lifetimes don't overlap."""
+    items = []
     for item in schedule:
         if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy
             buffer_of(item.bufs[0]).ensure_allocated()
             continue
-        exec_item = lower_item(item)
+        items.append(lower_item(item))
+    if intermediates:
+        planned = {id(buffer_of(node)) for node in intermediates}
+        plan_memory(items, kept=lambda b: id(b) not in planned)
+    for exec_item in items:
         exec_item.run()
         for captured in capturing:
             captured.append(exec_item)
@@ -130,5 +137,6 @@ def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
 def timed_realize_summary(start: float, kernels_before: int) -> None:
     if DEBUG >= 1:
         ran = GlobalCounters.kernel_count - kernels_before
-        print(f"realize: {ran} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms, "
-              f"{GlobalCounters.mem_used / 1e6:.2f} MB in use")  # fmt: skip
+        used, peak = GlobalCounters.mem_used / 1e6, GlobalCounters.mem_peak / 1e6
+        ms = (time.perf_counter() - start) * 1e3
+        print(f"realize: {ran} kernels in {ms:.2f} ms, {used:.2f} MB in use, peak {peak:.2f} MB")

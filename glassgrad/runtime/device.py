@@ -145,11 +145,13 @@ Device = _DeviceRegistry()
 
 
 class Buffer:
-    """A span of device memory holding `size` elements of `dtype`; allocated on first use."""
+    """A span of device memory holding `size` elements of `dtype`; allocated on first use. A buffer the memory
+    planner placed in another's memory (`shares`) uses that one's allocation and owns none of its own."""
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
         self._handle: Any = None
+        self._base: Buffer | None = None
 
     @property
     def nbytes(self) -> int:
@@ -157,19 +159,28 @@ class Buffer:
 
     @property
     def allocated(self) -> bool:
-        return self._handle is not None
+        return self._handle is not None or (self._base is not None and self._base.allocated)
+
+    def shares(self, base: Buffer) -> Buffer:
+        """Use `base`'s memory from now on (the memory planner found their lifetimes don't overlap)."""
+        assert base.device == self.device and base.nbytes == self.nbytes, "shared memory must match in size"
+        self._free()
+        self._base = base._base or base
+        return self
 
     def ensure_allocated(self) -> Buffer:
-        if self._handle is None:
+        if self._base is not None:
+            self._base.ensure_allocated()
+        elif self._handle is None:
             from glassgrad.engine.counters import GlobalCounters
 
             self._handle = Device[self.device].allocator.alloc(self.nbytes)
-            GlobalCounters.mem_used += self.nbytes
+            GlobalCounters.add_memory(self.nbytes)
         return self
 
     @property
     def handle(self) -> Any:
-        return self.ensure_allocated()._handle
+        return self._base.handle if self._base is not None else self.ensure_allocated()._handle
 
     def copyin(self, data: memoryview | bytes | bytearray) -> Buffer:
         data = memoryview(data).cast("B")
@@ -185,15 +196,19 @@ class Buffer:
             Device[self.device].allocator.copyout(memoryview(out), self.handle)
         return out
 
-    def __del__(self):
+    def _free(self) -> None:
         if self._handle is not None:
-            try:
-                from glassgrad.engine.counters import GlobalCounters
+            from glassgrad.engine.counters import GlobalCounters
 
-                GlobalCounters.mem_used -= self.nbytes
-                Device[self.device].allocator.free(self._handle, self.nbytes)
-            except Exception:  # interpreter shutdown: modules may already be gone
-                pass
+            GlobalCounters.mem_used -= self.nbytes
+            Device[self.device].allocator.free(self._handle, self.nbytes)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self._free()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.size} {self.dtype}>"
