@@ -25,7 +25,8 @@ from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, time
 from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
-from glassgrad.schedule import ScheduleItem, create_schedule, kernelize
+from glassgrad.schedule import ScheduleItem, create_schedule
+from glassgrad.schedule.cache import cached_kernelize
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -1036,7 +1037,7 @@ def _kernelize(tensors: Sequence[Tensor]) -> dict[UOp, UOp]:
     """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's mapping."""
     for t in tensors:
         t._set_uop(t._current_uop())
-    mapping = kernelize([t.uop for t in tensors])
+    mapping = cached_kernelize([t.uop for t in tensors])
     _become(mapping)
     for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
         t._set_uop(t._current_uop())
