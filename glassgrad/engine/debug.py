@@ -112,8 +112,9 @@ def summary() -> str:
 
 
 def print_summary() -> None:
-    """Print the summary (registered to run at exit once DEBUG>=2 saw a kernel or a copy)."""
-    print(summary())
+    """Print the summary (registered to run at exit once DEBUG>=2 saw a kernel or a copy), if anything ran."""
+    if _kernels or _copies.runs:
+        print(summary())
 
 
 def reset_summary() -> None:
