@@ -20,7 +20,7 @@ from glassgrad import Tensor, dtypes
 from glassgrad.codegen import full_rewrite_to_sink
 from glassgrad.uop import rewrite
 from glassgrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
-from glassgrad.viz import graph, recorder
+from glassgrad.viz import graph, recorder, server
 from glassgrad.viz.recorder import recording, rule_source
 from glassgrad.viz.server import VizData, make_server
 
@@ -158,6 +158,19 @@ def test_without_dot_it_says_what_to_install(monkeypatch):
     assert "apt-get install graphviz" in data.index()["graphviz"]
     step = data.rewrite(0, 1)
     assert "apt-get install graphviz" in step["before"]["error"] and "RANGE" in step["before"]["text"]
+
+
+def test_a_rewrite_too_long_to_replay_shows_each_step_as_the_matched_node_and_its_replacement(monkeypatch):
+    expr = (loop_var + 0) * 1
+    with recording() as rec:
+        graph_rewrite(expr, add_zero_and_mul_one)
+    monkeypatch.setattr(server, "REPLAY_BUDGET", 0)
+    step = VizData(rec).rewrite(0, 1)
+    assert not step["whole_graphs"]
+    assert step["before"]["svg"].count('class="node"') == len((loop_var + 0).toposort())  # ADD, RANGE, two CONSTs
+    assert step["after"]["svg"].count('class="node"') == len(loop_var.toposort())
+    whole = VizData(rec).rewrite(0, 0)
+    assert whole["whole_graphs"] and whole["before"]["svg"].count('class="node"') == len(expr.toposort())
 
 
 # ---- the server, in this process ----

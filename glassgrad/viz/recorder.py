@@ -10,6 +10,7 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from glassgrad.uop import rewrite
@@ -99,13 +100,18 @@ _noting_rules: weakref.WeakKeyDictionary[PatternMatcher, _NotingRules] = weakref
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the glassgrad package
 
 
+def _where(code: CodeType, line: int) -> str:
+    """A place in the source: `uop/symbolic.py:214` inside glassgrad, the full path elsewhere."""
+    path = os.path.abspath(code.co_filename)
+    return f"{os.path.relpath(path, _HERE) if path.startswith(_HERE + os.sep) else code.co_filename}:{line}"
+
+
 def _caller() -> str:
     """The function that called graph_rewrite (skipping helpers such as `simplify`), as `name (file:line)`."""
     frame = sys._getframe(3)  # past this function, the tracer and graph_rewrite
     while frame.f_back is not None and frame.f_code.co_name == "simplify":
         frame = frame.f_back
-    path = os.path.relpath(frame.f_code.co_filename, _HERE) if frame.f_code.co_filename.startswith(_HERE) else None
-    return f"{frame.f_code.co_name} ({path or os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno})"
+    return f"{frame.f_code.co_name} ({_where(frame.f_code, frame.f_lineno)})"
 
 
 def _traced_graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
@@ -160,17 +166,16 @@ def compiling(device: str, ast: UOp) -> Iterator[KernelRecord | None]:
         recorder.compiling = outer
 
 
+@functools.cache
 def rule_source(rule: Callable[..., Any]) -> tuple[str, str]:
     """A rule's source line (the row of its rule table, for a lambda) and where it is: `uop/symbolic.py:123`."""
     fn = inspect.unwrap(rule)
-    code = fn.__code__
-    where = os.path.relpath(code.co_filename, _HERE) if code.co_filename.startswith(_HERE) else code.co_filename
     try:
         lines, _ = inspect.getsourcelines(fn)
         text = lines[0].strip() if fn.__name__ == "<lambda>" else _named_rule(fn)
     except (OSError, TypeError):
         text = fn.__name__
-    return text, f"{where}:{code.co_firstlineno}"
+    return text, _where(fn.__code__, fn.__code__.co_firstlineno)
 
 
 def _named_rule(fn: Callable[..., Any]) -> str:

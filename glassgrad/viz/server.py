@@ -21,6 +21,7 @@ from glassgrad.viz.recorder import Recorder, RewriteRecord, rule_source
 
 HOST = "127.0.0.1"  # loopback only: the page shows your program's graphs and source to no one else
 DEFAULT_PORT = 8000
+REPLAY_BUDGET = 400_000  # nodes visited replaying a rewrite's steps (about a second); beyond it steps show the part
 
 
 def _graph(root: UOp, marks: dict[UOp, str] | None = None) -> dict[str, str]:
@@ -60,8 +61,10 @@ class VizData:
         }
 
     @functools.cache  # noqa: B019 (one VizData per server, alive as long as it)
-    def _states(self, i: int) -> list[UOp]:
-        return self.rec.rewrites[i].graphs()
+    def _states(self, i: int) -> list[UOp] | None:
+        """The whole graph after each step of rewrite `i`, or None where replaying them all would take too long."""
+        record = self.rec.rewrites[i]
+        return record.graphs() if len(record.input.toposort()) * len(record.steps) <= REPLAY_BUDGET else None
 
     @functools.cache  # noqa: B019
     def rewrite(self, i: int, step: int) -> dict[str, Any]:
@@ -71,7 +74,12 @@ class VizData:
             raise IndexError(f"rewrite {i} has steps 0 to {len(record.steps)}")
         with self.lock:
             states = self._states(i)
-        before, after = (record.input, record.output) if step == 0 else (states[step - 1], states[step])
+        if step == 0:
+            before, after = record.input, record.output
+        elif states is not None:
+            before, after = states[step - 1], states[step]
+        else:  # a long rewrite of a big graph: the node the rule matched and what it returned
+            before, after = record.steps[step - 1].before, record.steps[step - 1].after
         removed, added = _differences(before, after)
         rule, where = rule_source(record.steps[step - 1].rule) if step else (f"all {len(record.steps)} steps", "")
         return {
@@ -80,6 +88,7 @@ class VizData:
             "kernel_name": _kernel_name(self.rec.kernels, record),
             "step": step,
             "steps": [rule_source(s.rule)[0] for s in record.steps],
+            "whole_graphs": step == 0 or states is not None,
             "rule": rule,
             "where": where,
             "before": _graph(before, removed),
