@@ -77,7 +77,7 @@ def kernel_ran(device: str, spec: ProgramSpec, seconds: float) -> None:
         return
     _start_summary()
     _kernels.setdefault(id(spec), Totals(device, spec.name)).add(seconds, spec.ops, spec.mem)
-    rates = f"{_rate(spec.ops, seconds):9.2f} GFLOP/s {_rate(spec.mem, seconds):8.2f} GB/s"
+    rates = f"{_rate(spec.ops, seconds):9.2f} GFLOPS {_rate(spec.mem, seconds):8.2f} GB/s"
     print(f"*** {device:<7} {GlobalCounters.kernel_count:4d} {_pad(kernel_name(spec), NAME_WIDTH)} "
           f"tm {seconds * 1e6:9.2f}us {rates}")  # fmt: skip
 
@@ -98,11 +98,11 @@ def summary() -> str:
     runs, seconds = sum(k.runs for k in kernels), sum(k.seconds for k in kernels)
     ops, mem = sum(k.ops for k in kernels), sum(k.mem for k in kernels)
     lines = [
-        f"*** summary: {runs} kernel runs ({len(kernels)} kernels) in {seconds * 1e3:.2f} ms, {ops / 1e9:.3f} GFLOP "
-        f"({_rate(ops, seconds):.2f} GFLOP/s), {mem / 1e9:.3f} GB ({_rate(mem, seconds):.2f} GB/s)",
+        f"summary: {runs} runs of {len(kernels)} kernels in {seconds * 1e3:.2f} ms, {ops / 1e9:.3f} GFLOP "
+        f"({_rate(ops, seconds):.2f} GFLOPS), {mem / 1e9:.3f} GB ({_rate(mem, seconds):.2f} GB/s)",
         f"    {_copies.runs} copies, {_copies.mem / 1e6:.2f} MB in {_copies.seconds * 1e3:.2f} ms",
         f"    slowest kernels, by time over all runs:\n"
-        f"    {'ms':>9} {'share':>6} {'runs':>6} {'GFLOP/s':>9} {'GB/s':>8}  {'device':<7} kernel",
+        f"    {'ms':>9} {'share':>6} {'runs':>6} {'GFLOPS':>9} {'GB/s':>8}  {'device':<7} kernel",
     ]
     for k in sorted(kernels, key=lambda k: k.seconds, reverse=True)[:SLOWEST_SHOWN]:
         share = k.seconds / seconds if seconds > 0 else 0.0
