@@ -173,6 +173,14 @@ def test_a_rewrite_too_long_to_replay_shows_each_step_as_the_matched_node_and_it
     assert whole["whole_graphs"] and whole["before"]["svg"].count('class="node"') == len(expr.toposort())
 
 
+def test_a_step_marks_what_the_rule_matched_what_it_returned_and_what_was_rebuilt_above():
+    two, doubled, added = UOp.const(dtypes.int, 2), loop_var * 2, loop_var + loop_var  # the rule: x * 2 -> x + x
+    before, after = doubled + 1, added + 1
+    assert server._marks(before, after, "removed", doubled) == {doubled: "removed", two: "removed", before: "rebuilt"}
+    assert server._marks(after, before, "added", added) == {added: "added", after: "rebuilt"}
+    assert server._marks(before, after, "removed") == {doubled: "removed", two: "removed", before: "removed"}
+
+
 # ---- the server, in this process ----
 
 

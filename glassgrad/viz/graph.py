@@ -23,7 +23,8 @@ _FILLS = [
     ({Ops.CONST, Ops.ARANGE}, "#e8e8e8"),
     ({Ops.SINK, Ops.KERNEL}, "#ffd8a0"),
 ]
-MARKS = {"removed": "#d00000", "added": "#008a00"}  # outlines: what a step took away, what it put in
+# Outlines: what a step took away, what it put in, and the nodes above them, rebuilt only because a source changed.
+MARKS = {"removed": "#d00000", "added": "#008a00", "rebuilt": "#e08a00"}
 
 
 class GraphvizMissing(RuntimeError):
@@ -48,6 +49,13 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _outline(mark: str | None) -> str:
+    if mark is None:
+        return ""
+    dashed = ', style="rounded,filled,dashed"' if mark == "rebuilt" else ""
+    return f", color={_quote(MARKS[mark])}, penwidth=3{dashed}"
+
+
 def dot_source(root: UOp, marks: dict[UOp, str] | None = None) -> str:
     """The graph under `root` in the DOT language: sources above their users, `marks` outlined by kind."""
     marks = marks or {}
@@ -59,7 +67,7 @@ def dot_source(root: UOp, marks: dict[UOp, str] | None = None) -> str:
         '  edge [arrowsize=0.6, color="#606060"];',
     ]
     for node in nodes:
-        outline = f", color={_quote(MARKS[marks[node]])}, penwidth=3" if node in marks else ""
+        outline = _outline(marks.get(node))
         lines.append(f"  {ids[node]} [label={_quote(_label(node))}, fillcolor={_quote(_fill(node))}{outline}];")
         lines += [f"  {ids[src]} -> {ids[node]};" for src in node.src]
     lines.append("}")

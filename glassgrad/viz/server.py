@@ -32,10 +32,18 @@ def _graph(root: UOp, marks: dict[UOp, str] | None = None) -> dict[str, str]:
         return {"error": str(e), "text": repr(root)}
 
 
-def _differences(before: UOp, after: UOp) -> tuple[dict[UOp, str], dict[UOp, str]]:
-    """Nodes only in `before` (removed by a step) and nodes only in `after` (added by it)."""
-    old, new = set(before.toposort()), set(after.toposort())
-    return {n: "removed" for n in old - new}, {n: "added" for n in new - old}
+def _marks(graph: UOp, other: UOp, kind: str, changed_node: UOp | None = None) -> dict[UOp, str]:
+    """Outlines for one side of a step: nodes of `graph` not in `other` get `kind` (removed or added), except those
+    above `changed_node` (the node the rule matched, or what it returned), which were only rebuilt around it."""
+    order, elsewhere = graph.toposort(), set(other.toposort())
+    marks: dict[UOp, str] = {}
+    above: set[UOp] = set()
+    for node in order:  # sources come first, so each node's sources are decided before it
+        if changed_node is not None and any(s is changed_node or s in above for s in node.src):
+            above.add(node)
+        if node not in elsewhere:
+            marks[node] = "rebuilt" if node in above else kind
+    return marks
 
 
 class VizData:
@@ -74,14 +82,14 @@ class VizData:
             raise IndexError(f"rewrite {i} has steps 0 to {len(record.steps)}")
         with self.lock:
             states = self._states(i)
-        if step == 0:
+        fired = record.steps[step - 1] if step else None
+        if fired is None:
             before, after = record.input, record.output
         elif states is not None:
             before, after = states[step - 1], states[step]
         else:  # a long rewrite of a big graph: the node the rule matched and what it returned
-            before, after = record.steps[step - 1].before, record.steps[step - 1].after
-        removed, added = _differences(before, after)
-        rule, where = rule_source(record.steps[step - 1].rule) if step else (f"all {len(record.steps)} steps", "")
+            before, after = fired.before, fired.after
+        rule, where = rule_source(fired.rule) if fired else (f"all {len(record.steps)} steps", "")
         return {
             "caller": record.caller,
             "kernel": record.kernel,
@@ -91,8 +99,8 @@ class VizData:
             "whole_graphs": step == 0 or states is not None,
             "rule": rule,
             "where": where,
-            "before": _graph(before, removed),
-            "after": _graph(after, added),
+            "before": _graph(before, _marks(before, after, "removed", fired and fired.before)),
+            "after": _graph(after, _marks(after, before, "added", fired and fired.after)),
         }
 
     @functools.cache  # noqa: B019
