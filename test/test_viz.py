@@ -121,7 +121,11 @@ def test_kernels_are_recorded_with_their_rewrites_and_source():
     with recording() as rec:
         y.sum(axis=1).realize()
     [kernel] = rec.kernels
-    assert kernel.device == y.device and kernel.spec.name == "r_3_5" and "void r_3_5(" in kernel.spec.src
+    assert (
+        kernel.device == y.device
+        and kernel.spec.name.startswith("r_")
+        and f"void {kernel.spec.name}(" in kernel.spec.src
+    )
     callers = [rec.rewrites[i].caller.split()[0] for i in kernel.rewrites]
     assert "full_rewrite_to_sink" in callers
     assert all(rec.rewrites[i].kernel == 0 for i in kernel.rewrites)
@@ -202,7 +206,9 @@ def test_server_listens_on_loopback_and_answers_the_page_questions():
         assert host == "127.0.0.1"
         assert b'<ul id="rewrites">' in get(base + "/")
         index = json.loads(get(base + "/api/index"))
-        assert len(index["rewrites"]) == len(rec.rewrites) and [k["name"] for k in index["kernels"]] == ["E_3_5"]
+        assert len(index["rewrites"]) == len(rec.rewrites) and [k["name"] for k in index["kernels"]] == [
+            rec.kernels[0].spec.name
+        ]
         kernel = json.loads(get(base + "/api/kernel?i=0"))
         assert kernel["src"] == rec.kernels[0].spec.src and kernel["ast"]["svg"].startswith("<svg")
         fired = next(i for i, r in enumerate(rec.rewrites) if r.steps)
@@ -275,7 +281,8 @@ def test_viz_page_lists_rewrites_and_kernels_and_draws_graphs_in_chromium(viz_pr
     dom = chromium(url, tmp_path / "profile", "--dump-dom")  # opens on the first kernel: its AST drawn
     assert len(re.findall(r'<li data-kernel="\d+"', dom)) == len(index["kernels"]) == 1
     assert len(re.findall(r'<li data-rewrite="\d+"', dom)) == len(index["rewrites"]) >= 3
-    assert "kernel r_2_3 on CPU" in dom and "void r_2_3(" in dom
+    name = index["kernels"][0]["name"]
+    assert f"kernel {name} on CPU" in dom and f"void {name}(" in dom
     assert dom.count("<svg") == 1 and dom.count('class="node"') == len(ast.toposort())
 
     fired = next(i for i, r in enumerate(index["rewrites"]) if r["steps"])
