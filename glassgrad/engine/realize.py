@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 import weakref
 
-from glassgrad.codegen import ProgramSpec, get_program
+from glassgrad.codegen import ProgramSpec
 from glassgrad.engine.counters import GlobalCounters
+from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
 from glassgrad.engine.memory import plan_memory
-from glassgrad.helpers import DEBUG, colored
+from glassgrad.helpers import DEBUG
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
@@ -49,7 +50,7 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
         dev = Device[device]
         if DEBUG >= 4:
             print(f"--- kernel AST ---\n{ast}")
-        spec = get_program(ast, dev.renderer)
+        spec = get_program_recorded(device, ast, dev.renderer)
         if DEBUG >= 4:
             print(
                 "--- linear program ---\n"
@@ -70,9 +71,9 @@ class CopyRunner:
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
         dst, src = bufs
+        start = time.perf_counter()
         dst.copyin(src.as_bytes())
-        if DEBUG >= 2:
-            print(f"{colored('copy', 'yellow')} {dst.nbytes:>10} bytes {src.device} -> {dst.device}")
+        copy_ran(dst.nbytes, src.device, dst.device, time.perf_counter() - start)
         return None
 
 
@@ -93,7 +94,7 @@ class ExecItem:
         GlobalCounters.global_mem += self.runner.spec.mem
         if seconds is not None:
             GlobalCounters.time_sum_s += seconds
-            _print_kernel_line(self.runner, seconds)
+            kernel_ran(self.runner.device, self.runner.spec, seconds)
 
 
 # While TinyJit captures a function, every item that runs is also appended here.
@@ -123,15 +124,6 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
         exec_item.run()
         for captured in capturing:
             captured.append(exec_item)
-
-
-def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
-    spec = kernel.spec
-    gflops = spec.ops / seconds / 1e9 if seconds > 0 else 0.0
-    gbs = spec.mem / seconds / 1e9 if seconds > 0 else 0.0
-    name = colored(f"{spec.name:<24}", "blue" if spec.name.startswith("E") else "red")
-    print(f"*** {kernel.device:<7} {GlobalCounters.kernel_count:4d} {name} tm {seconds * 1e6:9.2f}us "
-          f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")  # fmt: skip
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:
