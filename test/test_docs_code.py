@@ -10,9 +10,9 @@ How a page shows what a block prints (one of two ways, per block):
 
 A block that prints something not checked either way fails, so that every printed result on a page is checked.
 The blocks of one page run in order in one namespace (a later block may use an earlier block's names), each page in
-a fresh one, with Device.DEFAULT = "CPU", GlobalCounters reset, and DEBUG and NOOPT off unless a block changes them.
-Only ```python blocks run; blocks in other languages (```sh, ```text, plain ```) are shown, not run. A failure
-names the file, the line, and what was expected and printed.
+a fresh one, from the repository root, with Device.DEFAULT = "CPU", GlobalCounters reset, and DEBUG and NOOPT off
+unless a block changes them. Only ```python blocks run; blocks in other languages (```sh, ```text, plain ```) are
+shown, not run. A failure names the file, the line, and what was expected and printed.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def run_page(path: pathlib.Path) -> int:
     Device.DEFAULT = "CPU"
     GlobalCounters.reset()
     try:
-        with Context(DEBUG=0, NOOPT=0):
+        with contextlib.chdir(REPO), Context(DEBUG=0, NOOPT=0):
             for block in blocks:
                 run_block(name, block, namespace)
     finally:
