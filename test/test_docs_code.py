@@ -9,10 +9,15 @@ How a page shows what a block prints (one of two ways, per block):
        print(x.tolist())  # -> [1, 2, 3]
 
 A block that prints something not checked either way fails, so that every printed result on a page is checked.
+
+A ```console block shows shell commands: each line that starts with `$ ` runs in bash from the repository root
+(with this checkout first on PYTHONPATH and NO_COLOR set), and the lines up to the next `$ ` are its exact output,
+`<...>` allowed as above.
+
 The blocks of one page run in order in one namespace (a later block may use an earlier block's names), each page in
 a fresh one, from the repository root, with Device.DEFAULT = "CPU", GlobalCounters reset, and DEBUG and NOOPT off
-unless a block changes them. Only ```python blocks run; blocks in other languages (```sh, ```text, plain ```) are
-shown, not run. A failure names the file, the line, and what was expected and printed.
+unless a block changes them. Blocks in other languages (```sh, ```text, plain ```) are shown, not run: use them for
+commands that install or take long. A failure names the file, the line, and what was expected and printed.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ import contextlib
 import dataclasses
 import difflib
 import io
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import traceback
 
 import pytest
@@ -48,22 +56,28 @@ class Block:
     lang: str
     text: str
     line: int
-    end: int = 0  # where the closing fence ends, as an offset in the page
+    start: int  # where the opening fence starts and the closing fence ends, as offsets in the page
+    end: int
     output: Block | None = None  # for a python block, the ```text block that shows its output
+
+
+def fenced_blocks(text: str) -> list[Block]:
+    """Every fenced block of a page, in order."""
+    return [Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1, m.start(), m.end())
+            for m in FENCE.finditer(text)]  # fmt: skip
 
 
 def python_blocks(text: str) -> list[Block]:
     """The page's ```python blocks, each with the ```text block that follows it, if any."""
-    blocks, previous_end = [], 0
-    for match in FENCE.finditer(text):
-        block = Block(match.group(1), match.group(2), text.count("\n", 0, match.start(2)) + 1, match.end())
-        between = text[previous_end : match.start()]
-        if block.lang == "text" and blocks and blocks[-1].output is None and blocks[-1].end == previous_end:
-            if not between.strip():
-                blocks[-1].output = block
+    blocks: list[Block] = []
+    previous: Block | None = None
+    for block in fenced_blocks(text):
+        if block.lang == "text" and previous is not None and previous.lang == "python":
+            if not text[previous.end : block.start].strip():  # nothing but blank lines between them
+                previous.output = block
         if block.lang == "python":
             blocks.append(block)
-        previous_end = match.end()
+        previous = block
     return blocks
 
 
@@ -145,9 +159,33 @@ def run_page(path: pathlib.Path) -> int:
     return len(blocks)
 
 
+def run_console(name: str, block: Block) -> None:
+    """Run each `$ command` of a ```console block in bash and compare its output with the lines after it."""
+    commands: list[tuple[int, str, list[str]]] = []  # page line, command, expected output lines
+    for i, line in enumerate(block.text.splitlines()):
+        if line.startswith("$ "):
+            commands.append((block.line + i, line[2:], []))
+        elif commands:
+            commands[-1][2].append(line)
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOOPT", "DEV", "CPU", "PYTHON", "JIT")}
+    env.update(PYTHONPATH=str(REPO), NO_COLOR="1", PATH=os.path.dirname(sys.executable) + os.pathsep + env["PATH"])
+    for line, command, expected in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            fail(f"{name}:{line}", f"`{command}` exited with {done.returncode}:\n{done.stderr}")
+        if not output_matches(done.stdout, "\n".join(expected)):
+            diff = difflib.unified_diff(expected, done.stdout.rstrip("\n").split("\n"), "expected", "printed",
+                                        lineterm="")  # fmt: skip
+            fail(f"{name}:{line}", f"`{command}` prints something else than the page shows:\n" + "\n".join(diff))
+
+
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_page_examples_print_what_the_page_says(path):
     run_page(path)
+    name = str(path.relative_to(REPO))
+    for block in fenced_blocks(path.read_text(encoding="utf-8")):
+        if block.lang == "console":
+            run_console(name, block)
 
 
 # ---- the checker itself ----
@@ -191,3 +229,11 @@ def test_an_arrow_comment_that_is_not_checked_fails():
     (block,) = python_blocks("```python\nx = [\n  1,  # -> 1\n]\n```\n")
     with pytest.raises(pytest.fail.Exception, match=r"page\.md:3: the `# ->` comments on lines \[3\] are not checked"):
         run_block("page.md", block, {})
+
+
+def test_console_blocks_run_their_commands():
+    (block,) = [b for b in fenced_blocks("```console\n$ echo 1; echo took 3 ms\n1\ntook <...> ms\n```\n")]
+    run_console("page.md", block)
+    (block,) = fenced_blocks("```console\n$ echo 2\n1\n```\n")
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)page\.md:2: `echo 2` prints something else.*-1.*\+2"):
+        run_console("page.md", block)
