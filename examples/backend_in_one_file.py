@@ -14,6 +14,7 @@ loops up, and a reduction's loop is a `.reduce` over its axis. Run it: `python e
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -70,6 +71,7 @@ class NumpyRenderer(Renderer):
     unsupported_dtypes = frozenset({dtypes.bfloat16})  # NumPy has no bfloat16
 
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
+        """The source of `def name(buf0, buf1, ...)`: one branch below per kind of instruction."""
         ndim = 1 + max((u.arg for u in program if u.op is Ops.RANGE), default=-1)  # one array axis per loop
         names: dict[UOp, str] = {}
         params: list[str] = []
@@ -119,8 +121,10 @@ class NumpyRenderer(Renderer):
         """A typed NumPy scalar, so that math on it keeps the kernel's dtypes: int32(3), float32(0.5)."""
         if dtype == dtypes.bool:
             return repr(bool(value))
-        text = repr(float(value)) if dtypes.is_float(dtype) else repr(int(value))
-        return f"{numpy_type(dtype)}({text if text not in ('nan', 'inf', '-inf') else repr(text)})"
+        if dtypes.is_float(dtype):
+            value = float(value)
+            return f"{numpy_type(dtype)}({value!r})" if math.isfinite(value) else f"{numpy_type(dtype)}('{value}')"
+        return f"{numpy_type(dtype)}({int(value)})"
 
     def render_alu(self, u: UOp, src: list[str]) -> str:
         if u.op is Ops.CAST:
@@ -199,6 +203,9 @@ class NumpyCompiler(Compiler):
 
 # ---- 4. Program: exec the source once, call the function on every run ----
 
+NUMPY_TYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
+               "float64")  # fmt: skip
+
 
 class NumpyProgram(Program):
     """The kernel's function, defined by exec() among the helpers above."""
@@ -215,10 +222,6 @@ class NumpyProgram(Program):
         with np.errstate(all="ignore"):  # overflow wraps and 1/0 is inf, as in C: no warnings
             self.fn(*bufs)
         return time.perf_counter() - start if wait else None
-
-
-NUMPY_TYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
-               "float64")  # fmt: skip
 
 
 class NumpyDevice(Compiled):

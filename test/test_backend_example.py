@@ -72,5 +72,7 @@ def test_matmul_and_its_gradients_match_torch(shapes):
 
 
 def test_the_device_is_registered_and_refuses_bfloat16():
-    assert DEVICE in Device._registered and Device[DEVICE].renderer.device == DEVICE
+    assert Device[DEVICE.lower()] is Device[DEVICE] and Device[DEVICE].renderer.device == DEVICE
+    with pytest.raises(ValueError, match=r"unknown device 'NOPE'; glassgrad has: CPU, NUMPY, PYTHON"):
+        Device["nope"]
     assert not Device[DEVICE].supports(dtypes.bfloat16) and Device[DEVICE].supports(dtypes.float16)
