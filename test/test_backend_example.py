@@ -73,6 +73,6 @@ def test_matmul_and_its_gradients_match_torch(shapes):
 
 def test_the_device_is_registered_and_refuses_bfloat16():
     assert Device[DEVICE.lower()] is Device[DEVICE] and Device[DEVICE].renderer.device == DEVICE
-    with pytest.raises(ValueError, match=r"unknown device 'NOPE'; glassgrad has: CPU, NUMPY, PYTHON"):
+    with pytest.raises(ValueError, match=r"unknown device 'NOPE'; glassgrad has: .*NUMPY"):
         Device["nope"]
     assert not Device[DEVICE].supports(dtypes.bfloat16) and Device[DEVICE].supports(dtypes.float16)
