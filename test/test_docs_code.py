@@ -26,17 +26,19 @@ import ast
 import contextlib
 import dataclasses
 import difflib
+import gc
 import io
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 import traceback
 
 import pytest
 
-from glassgrad import Context, Device, GlobalCounters
+from glassgrad import Context, Device, GlobalCounters, Tensor
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -149,6 +151,9 @@ def run_page(path: pathlib.Path) -> int:
     namespace: dict = {"__name__": "__docs__"}
     old = Device.DEFAULT
     Device.DEFAULT = "CPU"
+    gc.collect()  # as in a fresh process: tensors that earlier tests dropped are gone, and assigns they left are done
+    if pending := Tensor._pending_assigns():
+        Tensor.realize(*pending)
     GlobalCounters.reset()
     try:
         with contextlib.chdir(REPO), Context(DEBUG=0, NOOPT=0):
@@ -168,15 +173,24 @@ def run_console(name: str, block: Block) -> None:
         elif commands:
             commands[-1][2].append(line)
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOOPT", "DEV", "CPU", "PYTHON", "JIT")}
-    env.update(PYTHONPATH=str(REPO), NO_COLOR="1", PATH=os.path.dirname(sys.executable) + os.pathsep + env["PATH"])
-    for line, command, expected in commands:
-        done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            fail(f"{name}:{line}", f"`{command}` exited with {done.returncode}:\n{done.stderr}")
-        if not output_matches(done.stdout, "\n".join(expected)):
-            diff = difflib.unified_diff(expected, done.stdout.rstrip("\n").split("\n"), "expected", "printed",
-                                        lineterm="")  # fmt: skip
-            fail(f"{name}:{line}", f"`{command}` prints something else than the page shows:\n" + "\n".join(diff))
+    with tempfile.TemporaryDirectory(prefix="glassgrad-docs-") as bin_dir:
+        python = pathlib.Path(bin_dir, "python")  # `python` in a command is the interpreter running the tests
+        python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        python.chmod(0o755)
+        env.update(PYTHONPATH=str(REPO), NO_COLOR="1", PATH=bin_dir + os.pathsep + env.get("PATH", ""))
+        for line, command, expected in commands:
+            done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
+                                  timeout=300)  # fmt: skip
+            check_console_output(f"{name}:{line}", command, done, expected)
+
+
+def check_console_output(where: str, command: str, done: subprocess.CompletedProcess, expected: list[str]) -> None:
+    """The command succeeded and printed the expected lines."""
+    if done.returncode != 0:
+        fail(where, f"`{command}` exited with {done.returncode}:\n{done.stderr}")
+    if not output_matches(done.stdout, "\n".join(expected)):
+        diff = difflib.unified_diff(expected, done.stdout.rstrip("\n").split("\n"), "expected", "printed", lineterm="")
+        fail(where, f"`{command}` prints something else than the page shows:\n" + "\n".join(diff))
 
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(REPO)))
