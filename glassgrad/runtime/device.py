@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,13 @@ class _DeviceRegistry:
     def __init__(self):
         self._opened: dict[str, Compiled] = {}
         self._default: str | None = None
+        self._registered: dict[str, Callable[[str], Compiled]] = {}  # devices defined outside glassgrad/runtime
+
+    def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
+        """Add a device defined outside glassgrad: `Device["NAME"]` (or "NAME:1") then opens `factory(name)`."""
+        base = self.canonicalize(name).split(":")[0]
+        self._registered[base] = factory
+        self._opened = {k: v for k, v in self._opened.items() if k.split(":")[0] != base}  # reopen with the new one
 
     @staticmethod
     def canonicalize(name: str) -> str:
@@ -108,13 +116,19 @@ class _DeviceRegistry:
     def __getitem__(self, name: str) -> Compiled:
         name = self.canonicalize(name)
         if name not in self._opened:
-            base = name.split(":")[0]
-            try:
-                module = importlib.import_module(f"glassgrad.runtime.ops_{base.lower()}")
-            except ModuleNotFoundError:
-                raise ValueError(f"unknown device {name!r}; glassgrad has: {', '.join(available_devices())}") from None
-            self._opened[name] = getattr(module, f"{base.capitalize()}Device")(name)
+            self._opened[name] = self._factory(name)(name)
         return self._opened[name]
+
+    def _factory(self, name: str) -> Callable[[str], Compiled]:
+        """A registered device's factory, or the `<Name>Device` class of glassgrad/runtime/ops_<name>.py."""
+        base = name.split(":")[0]
+        if base in self._registered:
+            return self._registered[base]
+        try:
+            module = importlib.import_module(f"glassgrad.runtime.ops_{base.lower()}")
+        except ModuleNotFoundError:
+            raise ValueError(f"unknown device {name!r}; glassgrad has: {', '.join(available_devices())}") from None
+        return getattr(module, f"{base.capitalize()}Device")
 
     @property
     def DEFAULT(self) -> str:
@@ -129,7 +143,7 @@ class _DeviceRegistry:
 
 def available_devices() -> list[str]:
     here = pathlib.Path(__file__).parent
-    return sorted(p.stem[4:].upper() for p in here.glob("ops_*.py"))
+    return sorted({p.stem[4:].upper() for p in here.glob("ops_*.py")} | set(Device._registered))
 
 
 def _default_from_env() -> str:
