@@ -112,3 +112,36 @@ def test_backward_lets_the_graph_go_unless_retained():
     kept.realize()
     kept.backward()
     np.testing.assert_allclose(w.grad.numpy(), [8.0, 10.0, 12.0])  # 2w + 3 + 3
+
+
+def test_a_jitted_training_step_holds_about_the_buffers_alive_at_once():
+    from glassgrad import nn
+    from glassgrad.engine.realize import _buffers
+
+    Tensor.manual_seed(0)
+    layers = [nn.Linear(64, 256), nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 10)]
+    optimizer = nn.optim.Adam(nn.state.get_parameters(layers))
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            optimizer.zero_grad()
+            h = x
+            for layer in layers[:-1]:
+                h = layer(h).relu()
+            loss = layers[-1](h).sparse_categorical_crossentropy(y).backward()
+            optimizer.step()
+            return loss.realize()
+
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
+        step(x, Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize())
+    held = {id(b) for b in _buffers.values()}
+    spans = lifetimes(step.items)
+    internal = [(first, last, b) for first, last, b in spans.values() if id(b) not in held]
+    alive_at_once = max(sum(b.nbytes for f, last, b in internal if f <= i <= last) for i in range(len(step.items)))
+    allocated = sum({id(b._base or b): b.nbytes for _, _, b in internal}.values())
+    assert step.memory_saved > 0
+    assert allocated <= 1.25 * alive_at_once  # close to what must coexist, far below one buffer each
+    assert allocated < sum(b.nbytes for _, _, b in internal)
