@@ -8,9 +8,10 @@ transposed, as Conv1D).
 The cache (Generator holds it, not the model, so the model's state dict stays its weights): one realized buffer of
 keys and values per layer, for all n_ctx positions. A decode step writes the new token's key and value at position
 `pos` (a one-element int Tensor) with assign, and attends over the whole buffer with a mask that keeps positions
-0..pos. Every shape is fixed whatever `pos` is, so TinyJit
-captures one step and replays it for every token, and a token costs one token's pass through the model plus
-attention over n_ctx cached positions, not a pass over the whole prefix.
+0..pos. Every shape is fixed whatever `pos` is, so TinyJit captures one step and replays it for every token, and a
+token costs one token's pass through the model plus attention over the n_ctx cached positions, not a pass over the
+whole prefix. (glassgrad has no symbolic shapes: attending over exactly pos + 1 positions would give each position
+kernels of its own.)
 
 The file uses only Tensor API that tinygrad shares: bench/gpt2.py runs it under tinygrad by switching the import.
 """
