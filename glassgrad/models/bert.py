@@ -134,10 +134,11 @@ class SentenceEncoder:
     def load(cls, folder: str) -> SentenceEncoder:
         """The model in a sentence-transformers folder; its pooling must be the mean of the tokens."""
         pooling = _read_json(folder, "1_Pooling/config.json", {"pooling_mode_mean_tokens": True})
-        if not pooling.get("pooling_mode_mean_tokens") or any(
-            v for k, v in pooling.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"
-        ):
-            raise ValueError(f"SentenceEncoder: {folder} pools with {pooling}; only mean pooling is supported")
+        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode_") and v)
+        if modes != ["pooling_mode_mean_tokens"]:
+            raise ValueError(
+                f"SentenceEncoder: {folder} pools with {modes}; only pooling_mode_mean_tokens is supported"
+            )
         cfg = BertConfig.from_json(os.path.join(folder, "config.json"))
         bert = Bert(cfg)
         load_state_dict(bert, from_hf_names(_load_weights(folder)))

@@ -17,10 +17,6 @@ def _is_control(ch: str) -> bool:
     return ch not in "\t\n\r" and unicodedata.category(ch).startswith("C")
 
 
-def _is_whitespace(ch: str) -> bool:
-    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
 def _is_punctuation(ch: str) -> bool:
     # ASCII symbols count too, as in BERT: "$", "^" and "`" are not in Unicode's P* categories
     return ch in string.punctuation or unicodedata.category(ch).startswith("P")
@@ -57,7 +53,7 @@ class WordPieceTokenizer:
         for ch in text:
             if ch in "\0\ufffd" or _is_control(ch):
                 continue
-            out.append(f" {ch} " if _is_cjk(ch) else " " if _is_whitespace(ch) else ch)
+            out.append(f" {ch} " if _is_cjk(ch) else " " if ch.isspace() else ch)
         text = "".join(out)
         if self.lowercase:  # accents go with case: "Café" -> "cafe"
             text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn").lower()
@@ -67,11 +63,11 @@ class WordPieceTokenizer:
         """Words split at whitespace; each punctuation character is a word of its own."""
         words, current = [], ""
         for ch in text:
-            if _is_whitespace(ch) or _is_punctuation(ch):
+            if ch.isspace() or _is_punctuation(ch):
                 if current:
                     words.append(current)
                 current = ""
-                if not _is_whitespace(ch):
+                if not ch.isspace():
                     words.append(ch)
             else:
                 current += ch
