@@ -136,9 +136,7 @@ class SentenceEncoder:
         pooling = _read_json(folder, "1_Pooling/config.json", {"pooling_mode_mean_tokens": True})
         modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode_") and v)
         if modes != ["pooling_mode_mean_tokens"]:
-            raise ValueError(
-                f"SentenceEncoder: {folder} pools with {modes}; only pooling_mode_mean_tokens is supported"
-            )
+            raise ValueError(f"SentenceEncoder: {folder} pools with {modes}; only pooling_mode_mean_tokens works")
         cfg = BertConfig.from_json(os.path.join(folder, "config.json"))
         bert = Bert(cfg)
         load_state_dict(bert, from_hf_names(_load_weights(folder)))
