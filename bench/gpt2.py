@@ -3,6 +3,8 @@
 Run: python bench/gpt2.py
      LAYERS=4 WIDTH=256 HEADS=4 VOCAB=1000 CTX=128 PROMPT=8 SEED=0 python bench/gpt2.py   (the defaults)
      FRAMEWORKS=torch,glassgrad,tinygrad python bench/gpt2.py
+     NUM_CPU_THREADS=1 python bench/gpt2.py   (threads for all three: glassgrad and tinygrad read it, and PyTorch's
+                                               torch.set_num_threads is set to it; default: each its own default)
 
 All three run the same weights (glassgrad's seeded GPT-2 initialization, std 0.2 so that greedy decoding varies)
 and decode greedily from the same prompt until the context is full, one token per step through a key-value cache.
@@ -82,6 +84,8 @@ def torch_logits(weights: dict[str, np.ndarray], cfg: gpt2.GPT2Config) -> Callab
     """logits(token, pos) for PyTorch, keeping its own cache."""
     import torch
 
+    if threads := os.environ.get("NUM_CPU_THREADS"):
+        torch.set_num_threads(int(threads))
     w = {name: torch.from_numpy(a) for name, a in weights.items()}
     cache = [torch.zeros(2, 1, cfg.n_head, cfg.n_ctx, cfg.n_embd // cfg.n_head) for _ in range(cfg.n_layer)]
 
@@ -144,8 +148,10 @@ def main() -> None:
         raise SystemExit(f"FRAMEWORKS: unknown {', '.join(unknown)}; choose from {', '.join(FRAMEWORKS)}")
     if not 1 <= PROMPT <= CFG.n_ctx - 3:
         raise SystemExit(f"PROMPT={PROMPT}: needs 1 to CTX-3 tokens, so that steps are left to time")
+    threads = os.environ.get("NUM_CPU_THREADS", "default")
     header(f"gpt2: decode steps of a {CFG.n_layer}-layer, {CFG.n_embd}-wide GPT-2 (vocab {CFG.vocab_size}, "
-           f"context {CFG.n_ctx}), batch 1, greedy, median over steps 3..{CFG.n_ctx - 1}")  # fmt: skip
+           f"context {CFG.n_ctx}), batch 1, greedy, median over steps 3..{CFG.n_ctx - 1}, "
+           f"threads: {threads}")  # fmt: skip
     weights = random_weights(CFG, SEED)
     prompt = np.random.default_rng(SEED).integers(0, CFG.vocab_size, PROMPT).tolist()
     results: dict[str, tuple[list[int], list[float]]] = {}
