@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
+from glassgrad import Tensor
 from glassgrad.models.bert import SentenceEncoder, cosine, from_hf_names
 from glassgrad.models.wordpiece import WordPieceTokenizer
 
@@ -76,6 +77,21 @@ def test_tokenizer_matches_reference_ids(reference, encoder):
         assert mine == theirs, f"token ids differ for {text!r}"
 
 
+@pytest.mark.parametrize("lowercase, strip_accents", [(True, None), (True, False), (False, None), (False, True)])
+def test_tokenizer_settings_match_hugging_face_tokenizers(lowercase, strip_accents):
+    """Casing and accents as the `tokenizers` package's BertNormalizer treats them (cased words are mostly [UNK]
+    in this uncased vocabulary, which is compared too)."""
+    from tokenizers import Tokenizer, normalizers
+
+    reference = Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
+    reference.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=strip_accents)
+    reference.no_truncation()
+    reference.no_padding()
+    ours = WordPieceTokenizer.from_file(os.path.join(MODEL_DIR, "vocab.txt"), lowercase, 10_000, strip_accents)
+    for text in SENTENCES + EXTRA_TEXTS:
+        assert ours.encode(text) == reference.encode(text).ids, f"token ids differ for {text!r}"
+
+
 def test_tokenizer_truncates_to_max_seq_length(reference, encoder):
     ids = encoder.tokenizer.encode(EXTRA_TEXTS[-1])
     assert len(ids) == reference.max_seq_length == 256
@@ -107,6 +123,13 @@ def test_only_mean_pooling_is_supported(tmp_path):
 def test_unknown_bert_parameters_are_named():
     with pytest.raises(KeyError, match="attention.self.bogus.weight"):
         from_hf_names({"encoder.layer.0.attention.self.bogus.weight": None})
+
+
+def test_bert_checks_its_inputs(encoder):
+    with pytest.raises(ValueError, match="must both be"):
+        encoder.bert(Tensor([[101, 102]]), Tensor([[1, 1, 0]]))
+    with pytest.raises(ValueError, match="513 tokens exceed the 512 positions"):
+        encoder.bert(Tensor([[0] * 513]), Tensor([[1] * 513]))
 
 
 def test_tokenizer_needs_the_special_tokens():

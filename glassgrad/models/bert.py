@@ -57,7 +57,7 @@ class BertLayer:
                    for f in (self.query, self.key, self.value))  # fmt: skip
         attended = q.scaled_dot_product_attention(k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, d)
         x = self.attn_norm(x + self.attn_out(attended))
-        return self.ffn_norm(x + self.ffn_out(self.ffn_in(x).gelu()))
+        return self.ffn_norm(x + self.ffn_out(self.ffn_in(x).gelu(approximate="none")))
 
 
 class Bert:
@@ -69,9 +69,15 @@ class Bert:
         self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.embed_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.layers = [BertLayer(cfg) for _ in range(cfg.num_hidden_layers)]
+        self.max_length = cfg.max_position_embeddings
 
     def __call__(self, ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Token states (batch, length, hidden) for ids (batch, length); attention_mask is 1 at real tokens."""
+        if ids.ndim != 2 or attention_mask.shape != ids.shape:
+            raise ValueError(f"Bert: ids {ids.shape} and attention_mask {attention_mask.shape} must both be "
+                             "(batch, length)")  # fmt: skip
+        if ids.shape[1] > self.max_length:
+            raise ValueError(f"Bert: {ids.shape[1]} tokens exceed the {self.max_length} positions the model has")
         positions = Tensor.arange(ids.shape[1]).reshape(1, -1)
         x = self.embed_norm(self.word(ids) + self.position(positions) + self.token_type(ids.zeros_like()))
         mask = (attention_mask == 1).reshape(ids.shape[0], 1, 1, ids.shape[1])  # every query attends to real keys
@@ -124,6 +130,15 @@ def _load_weights(folder: str) -> dict[str, Tensor]:
     raise FileNotFoundError(f"SentenceEncoder: {folder} holds neither model.safetensors nor pytorch_model.bin")
 
 
+def _tokenizer(folder: str, default_length: int) -> WordPieceTokenizer:
+    """The folder's vocab.txt with its settings: casing and accents from tokenizer_config.json, and the length
+    sentence-transformers cuts texts to from sentence_bert_config.json."""
+    settings = _read_json(folder, "tokenizer_config.json", {})
+    lowercase, strip_accents = settings.get("do_lower_case", True), settings.get("strip_accents")
+    max_length = _read_json(folder, "sentence_bert_config.json", {}).get("max_seq_length", default_length)
+    return WordPieceTokenizer.from_file(os.path.join(folder, "vocab.txt"), lowercase, max_length, strip_accents)
+
+
 class SentenceEncoder:
     """A sentence-transformers model: tokenize, run BERT, average the real tokens' states, scale to length 1."""
 
@@ -140,9 +155,7 @@ class SentenceEncoder:
         cfg = BertConfig.from_json(os.path.join(folder, "config.json"))
         bert = Bert(cfg)
         load_state_dict(bert, from_hf_names(_load_weights(folder)))
-        lowercase = _read_json(folder, "tokenizer_config.json", {}).get("do_lower_case", True)
-        max_length = _read_json(folder, "sentence_bert_config.json", {}).get("max_seq_length", 512)
-        tokenizer = WordPieceTokenizer.from_file(os.path.join(folder, "vocab.txt"), lowercase, max_length)
+        tokenizer = _tokenizer(folder, default_length=cfg.max_position_embeddings)
         modules = _read_json(folder, "modules.json", [])
         normalize = any(m.get("type", "").endswith(".Normalize") for m in modules) if modules else True
         return cls(bert, tokenizer, normalize)

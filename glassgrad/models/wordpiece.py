@@ -33,31 +33,36 @@ def _is_cjk(ch: str) -> bool:
 class WordPieceTokenizer:
     """Text to BERT token ids: [CLS] pieces [SEP], cut to max_length tokens in all."""
 
-    def __init__(self, vocab: list[str], lowercase: bool = True, max_length: int = 512):
+    def __init__(self, vocab: list[str], lowercase: bool = True, max_length: int = 512,
+                 strip_accents: bool | None = None):  # fmt: skip
+        if max_length < 2:
+            raise ValueError(f"WordPieceTokenizer: max_length {max_length} leaves no room for [CLS] and [SEP]")
         self.vocab = {token: i for i, token in enumerate(vocab)}
         self.lowercase, self.max_length = lowercase, max_length
+        self.strip_accents = lowercase if strip_accents is None else strip_accents  # BERT's default goes with case
         for special in ("[CLS]", "[SEP]", "[UNK]", "[PAD]"):
             if special not in self.vocab:
                 raise ValueError(f"WordPieceTokenizer: the vocabulary has no {special} token")
         self.cls, self.sep, self.unk, self.pad = (self.vocab[t] for t in ("[CLS]", "[SEP]", "[UNK]", "[PAD]"))
 
     @classmethod
-    def from_file(cls, vocab_path: str, lowercase: bool = True, max_length: int = 512) -> WordPieceTokenizer:
+    def from_file(cls, vocab_path: str, lowercase: bool = True, max_length: int = 512,
+                  strip_accents: bool | None = None) -> WordPieceTokenizer:  # fmt: skip
         """Read a vocab.txt: one token a line, its id the line number."""
         with open(vocab_path, encoding="utf-8") as f:
-            return cls([line.rstrip("\n") for line in f], lowercase, max_length)
+            return cls([line.rstrip("\n") for line in f], lowercase, max_length, strip_accents)
 
     def normalize(self, text: str) -> str:
-        """Drop control characters, make every whitespace a space, space out CJK; lowercase and strip accents."""
+        """Drop control characters, make every whitespace a space, space out CJK; strip accents and lowercase."""
         out = []
         for ch in text:
             if ch in "\0\ufffd" or _is_control(ch):
                 continue
             out.append(f" {ch} " if _is_cjk(ch) else " " if ch.isspace() else ch)
         text = "".join(out)
-        if self.lowercase:  # accents go with case: "Café" -> "cafe"
-            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn").lower()
-        return text
+        if self.strip_accents:  # "Café" -> "Cafe": split letters from their marks, drop the marks
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        return text.lower() if self.lowercase else text
 
     def split_words(self, text: str) -> list[str]:
         """Words split at whitespace; each punctuation character is a word of its own."""
