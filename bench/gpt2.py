@@ -1,17 +1,17 @@
-"""Decode steps of a small GPT-2-shaped model: glassgrad (TinyJit) vs PyTorch (eager, CPU) vs tinygrad 0.14 (CPU).
+"""Decode steps of a small GPT-2-shaped model: glassgrad (TinyJit) vs NumPy, PyTorch (eager) and tinygrad 0.14 (CPU).
 
 Run: python bench/gpt2.py
      LAYERS=4 WIDTH=256 HEADS=4 VOCAB=1000 CTX=128 PROMPT=8 SEED=0 python bench/gpt2.py   (the defaults)
-     FRAMEWORKS=torch,glassgrad,tinygrad python bench/gpt2.py
-     NUM_CPU_THREADS=1 python bench/gpt2.py   (threads for all three: glassgrad and tinygrad read it, and PyTorch's
-                                               torch.set_num_threads is set to it; default: each its own default)
+     FRAMEWORKS=numpy,torch,glassgrad,tinygrad python bench/gpt2.py
+     NUM_CPU_THREADS=1 python bench/gpt2.py   (threads: glassgrad and tinygrad read it, PyTorch's set_num_threads is
+                                               set to it; NumPy's BLAS reads OMP_NUM_THREADS; default: their own)
 
-All three run the same weights (glassgrad's seeded GPT-2 initialization, std 0.2 so that greedy decoding varies)
+All four run the same weights (glassgrad's seeded GPT-2 initialization, std 0.2 so that greedy decoding varies)
 and decode greedily from the same prompt until the context is full, one token per step through a key-value cache.
 glassgrad and tinygrad run the very same model code, glassgrad/models/gpt2.py, tinygrad's copy with its import
 switched to tinygrad. Its cache is a fixed n_ctx buffer per layer written by assign, so TinyJit replays one
-captured step for every position. PyTorch writes into a preallocated cache and attends over its first pos+1
-entries (eager, so shapes may change). A step runs from handing over the token to having the logits as Python
+captured step for every position. NumPy and PyTorch write into a preallocated cache and attend over its first
+pos+1 entries (eager, so shapes may change). A step runs from handing over the token to having the logits as Python
 floats. The median is over the steps after the first two (glassgrad and tinygrad compile on step 1 and capture on
 step 2); tokens/s is one over it, and the ratio divides glassgrad's median step by each framework's
 (above 1: glassgrad is slower).
@@ -35,7 +35,7 @@ from bench.common import header, tinygrad_cpu  # noqa: E402
 from glassgrad import getenv  # noqa: E402
 from glassgrad.models import gpt2  # noqa: E402
 
-FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
+FRAMEWORKS = ("numpy", "torch", "glassgrad", "tinygrad")
 CFG = gpt2.GPT2Config(vocab_size=getenv("VOCAB", 1000), n_ctx=getenv("CTX", 128), n_embd=getenv("WIDTH", 256),
                       n_layer=getenv("LAYERS", 4), n_head=getenv("HEADS", 4))  # fmt: skip
 PROMPT, SEED = getenv("PROMPT", 8), getenv("SEED", 0)
@@ -78,6 +78,35 @@ def torch_gpt2(w: dict, cfg: gpt2.GPT2Config, tokens, cache: list | None = None,
         h = F.gelu(F.linear(h, p("mlp.c_fc.weight"), p("mlp.c_fc.bias")), approximate="tanh")
         x = x + F.linear(h, p("mlp.c_proj.weight"), p("mlp.c_proj.bias"))
     return F.layer_norm(x, (width,), w["ln_f.weight"], w["ln_f.bias"], eps) @ w["wte.weight"].T
+
+
+def numpy_logits(weights: dict[str, np.ndarray], cfg: gpt2.GPT2Config) -> Callable[[int, int], list[float]]:
+    """logits(token, pos) for NumPy: the same decoder, one token at a time through its own cache."""
+    width, heads, eps = cfg.n_embd, cfg.n_head, cfg.layer_norm_eps
+    cache = [np.zeros((2, heads, cfg.n_ctx, width // heads), np.float32) for _ in range(cfg.n_layer)]
+
+    def layer_norm(x: np.ndarray, name: str) -> np.ndarray:
+        normalized = (x - x.mean()) / np.sqrt(x.var() + eps)
+        return normalized * weights[f"{name}.weight"] + weights[f"{name}.bias"]
+
+    def linear(x: np.ndarray, name: str) -> np.ndarray:
+        return weights[f"{name}.weight"] @ x + weights[f"{name}.bias"]
+
+    def logits(token: int, pos: int) -> list[float]:
+        x = weights["wte.weight"][token] + weights["wpe.weight"][pos]
+        for i, kv in enumerate(cache):
+            q, k, v = linear(layer_norm(x, f"h.{i}.ln_1"), f"h.{i}.attn.c_attn").reshape(3, heads, -1)
+            kv[:, :, pos] = k, v
+            scores = np.einsum("hd,hsd->hs", q, kv[0, :, : pos + 1]) / np.sqrt(q.shape[-1])
+            attention = np.exp(scores - scores.max(-1, keepdims=True))
+            attention /= attention.sum(-1, keepdims=True)
+            x = x + linear(np.einsum("hs,hsd->hd", attention, kv[1, :, : pos + 1]).reshape(-1), f"h.{i}.attn.c_proj")
+            h = linear(layer_norm(x, f"h.{i}.ln_2"), f"h.{i}.mlp.c_fc")
+            h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+            x = x + linear(h, f"h.{i}.mlp.c_proj")
+        return (weights["wte.weight"] @ layer_norm(x, "ln_f")).tolist()
+
+    return logits
 
 
 def torch_logits(weights: dict[str, np.ndarray], cfg: gpt2.GPT2Config) -> Callable[[int, int], list[float]]:
@@ -129,6 +158,7 @@ def timed(logits: Callable[[int, int], list[float]], times: list[float]) -> Call
 def decode(name: str, weights: dict[str, np.ndarray], prompt: list[int]) -> tuple[list[int], list[float]]:
     """The greedy tokens of one framework, and each step's seconds."""
     makers = {
+        "numpy": lambda: numpy_logits(weights, CFG),
         "torch": lambda: torch_logits(weights, CFG),
         "glassgrad": lambda: model_logits(gpt2, weights),
         "tinygrad": lambda: model_logits(gpt2_on_tinygrad(), weights),
@@ -139,7 +169,7 @@ def decode(name: str, weights: dict[str, np.ndarray], prompt: list[int]) -> tupl
 
 
 def installed(name: str) -> bool:
-    return name == "glassgrad" or importlib.util.find_spec(name) is not None
+    return name in ("glassgrad", "numpy") or importlib.util.find_spec(name) is not None
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.gpt2 import torch_gpt2
+from bench.gpt2 import numpy_logits, torch_gpt2
 from glassgrad import Tensor, nn
 from glassgrad.models.gpt2 import GPT2, Generator, GPT2Config, choose
 
@@ -74,6 +74,15 @@ def test_pytorch_cached_steps_match_pytorch_whole_sequence(torch_weights):
         full = torch_gpt2(torch_weights, CFG, tokens)[0]
         steps = torch.stack([torch_gpt2(torch_weights, CFG, tokens[:, p : p + 1], cache, p)[0, -1] for p in range(6)])
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+
+
+def test_numpy_reference_matches_the_model(model):
+    """bench/gpt2.py's NumPy decoder, step by step, against the model's whole-sequence logits."""
+    weights = {name: t.numpy() for name, t in nn.state.get_state_dict(model).items()}
+    sequence = [4, 80, 11, 63, 2, 50]
+    logits = numpy_logits(weights, CFG)
+    steps = np.array([logits(token, pos) for pos, token in enumerate(sequence)])
+    np.testing.assert_allclose(steps, model(Tensor([sequence])).numpy()[0], atol=1e-4, rtol=1e-4)
 
 
 def test_sampling_is_seeded(model):
