@@ -110,6 +110,10 @@ def test_bad_calls_say_what_is_wrong(model):
         model(Tensor([[1] * 21]))
     with pytest.raises(ValueError, match="exceed the context of 20"):
         Generator(model).generate(PROMPT, 18)
+    with pytest.raises(ValueError, match="position 20 is outside the context 0..19"):
+        Generator(model).logits(1, 20)
+    with pytest.raises(ValueError, match="max_new_tokens must be 0 or more"):
+        Generator(model).generate(PROMPT, -1)
     with pytest.raises(ValueError, match="at least one token"):
         Generator(model).generate([], 3)
     with pytest.raises(ValueError, match="not a multiple of n_head"):

@@ -157,6 +157,8 @@ class Generator:
 
     def logits(self, token: int, pos: int) -> list[float]:
         """The next-token logits after `token` at position `pos` (the cache must hold positions 0..pos-1)."""
+        if not 0 <= pos < self.model.cfg.n_ctx:
+            raise ValueError(f"Generator.logits: position {pos} is outside the context 0..{self.model.cfg.n_ctx - 1}")
         return self.step(Tensor([[token]]), Tensor([pos])).tolist()[0]
 
     def generate(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> list[int]:
@@ -172,6 +174,8 @@ def generate(logits: Callable[[int, int], list[float]], prompt: list[int], max_n
     """Decode with any logits(token, pos) function that keeps its own cache; the prompt goes in token by token."""
     if not prompt:
         raise ValueError("generate: the prompt needs at least one token")
+    if max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be 0 or more, got {max_new_tokens}")
     rng, tokens = random.Random(seed), list(prompt)
     for pos in range(len(prompt) + max_new_tokens - 1):
         next_logits = logits(tokens[pos], pos)
