@@ -1,0 +1,193 @@
+"""A GPT-2-shaped decoder with a key-value cache, for generating text one token at a time.
+
+GPT-2: token and position embeddings, n_layer blocks (causal self-attention, then a tanh-GELU MLP, each with a
+LayerNorm before it and a residual around it), a final LayerNorm and a language-model head tied to the token
+embedding. Linear weights are stored (out, in) as nn.Linear stores them (Hugging Face's GPT-2 stores them
+transposed, as Conv1D).
+
+The cache (Generator holds it, not the model, so the model's state dict stays its weights): one realized buffer of
+keys and values per layer, for all n_ctx positions. A decode step writes the new token's key and value at position
+`pos` (a one-element int Tensor) with assign, and attends over the whole buffer with a mask that keeps positions
+0..pos. Every shape is fixed whatever `pos` is, so TinyJit captures one step and replays it for every token, and a
+token costs one token's pass through the model plus attention over the n_ctx cached positions, not a pass over the
+whole prefix. (glassgrad has no symbolic shapes: attending over exactly pos + 1 positions would give each position
+kernels of its own.)
+
+The file uses only Tensor API that tinygrad shares: bench/gpt2.py runs it under tinygrad by switching the import.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from glassgrad import Tensor, TinyJit, nn
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """The sizes of a GPT-2-shaped model (the defaults: a small one for examples and benchmarks)."""
+
+    vocab_size: int = 1000
+    n_ctx: int = 128
+    n_embd: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    layer_norm_eps: float = 1e-5
+
+
+class Attention:
+    """Causal multi-head self-attention; given a cache and a position, it also writes and reads the cache."""
+
+    def __init__(self, cfg: GPT2Config):
+        if cfg.n_embd % cfg.n_head:
+            raise ValueError(f"GPT2Config: n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}")
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # query, key and value in one matmul
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def __call__(self, x: Tensor, mask: Tensor, cache_kv: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
+        batch, length, width = x.shape
+        # (batch, length, 3 * width) -> (3, batch, heads, length, head size)
+        qkv = self.c_attn(x).reshape(batch, length, 3, self.n_head, width // self.n_head).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if cache_kv is not None:
+            k, v = remember(cache_kv, k, v, pos)
+        out = q.scaled_dot_product_attention(k, v, attn_mask=mask)
+        return self.c_proj(out.transpose(1, 2).reshape(batch, length, width))
+
+
+def remember(cache_kv: Tensor, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Write one token's key and value (batch, heads, 1, head size) at position pos of cache_kv; return all of it."""
+    n_ctx = cache_kv.shape[3]
+    here = (Tensor.arange(n_ctx) == pos).reshape(1, 1, 1, n_ctx, 1)
+    cache_kv.assign(here.where(Tensor.stack(k, v), cache_kv))
+    return cache_kv[0], cache_kv[1]
+
+
+class MLP:
+    """Widen four times, tanh-GELU, project back."""
+
+    def __init__(self, cfg: GPT2Config):
+        self.c_fc, self.c_proj = nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # contiguous: the activations get a buffer, else c_proj would recompute the GELU for each of its outputs
+        # (the matmul's reduce gets a buffer of its own; the elementwise work after it fuses into the reader)
+        return self.c_proj(self.c_fc(x).gelu(approximate="tanh").contiguous())
+
+
+class Block:
+    """x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x))."""
+
+    def __init__(self, cfg: GPT2Config):
+        self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), Attention(cfg)
+        self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), MLP(cfg)
+
+    def __call__(self, x: Tensor, mask: Tensor, cache_kv: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.ln_1(x), mask, cache_kv, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2:
+    """The decoder: model(tokens) runs whole sequences; model(token, cache, pos) one token through a cache."""
+
+    def __init__(self, cfg: GPT2Config = GPT2Config()):
+        self.cfg = cfg
+        self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
+        self.h = [Block(cfg) for _ in range(cfg.n_layer)]
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+
+    def init_weights(self, seed: int = 0, std: float = 0.02) -> GPT2:
+        """GPT-2's initialization, seeded: weights normal(0, std), biases 0, LayerNorms 1 and 0; realized."""
+        Tensor.manual_seed(seed)
+        for name, t in nn.state.get_state_dict(self).items():
+            if ".ln_" in name or name.startswith("ln_f."):
+                t.assign(Tensor.ones(*t.shape) if name.endswith("weight") else Tensor.zeros(*t.shape))
+            else:
+                t.assign(Tensor.zeros(*t.shape) if name.endswith("bias") else Tensor.normal(*t.shape, std=std))
+        Tensor.realize(*nn.state.get_parameters(self))
+        return self
+
+    def new_cache(self, batch: int = 1) -> list[Tensor]:
+        """An empty key-value cache: one realized (2, batch, heads, n_ctx, head size) buffer per layer."""
+        cfg = self.cfg
+        shape = (2, batch, cfg.n_head, cfg.n_ctx, cfg.n_embd // cfg.n_head)
+        return [Tensor.zeros(*shape).contiguous().realize() for _ in range(cfg.n_layer)]
+
+    def __call__(self, tokens: Tensor, cache: list[Tensor] | None = None, pos: Tensor | None = None) -> Tensor:
+        """Logits (batch, length, vocab) for tokens (batch, length).
+
+        Without a cache: whole sequences from position 0, each token attending to those before it.
+        With a cache (new_cache) and pos (a one-element int Tensor): tokens is (batch, 1), the token at position
+        pos; it writes its keys and values into the cache and attends to the cache's positions 0..pos.
+        """
+        if tokens.ndim != 2:
+            raise ValueError(f"GPT2: tokens must be (batch, length), got shape {tokens.shape}")
+        if (cache is None) != (pos is None):
+            raise ValueError("GPT2: pass both a cache and a position, or neither")
+        length = tokens.shape[1]
+        if cache is None:
+            if length > self.cfg.n_ctx:
+                raise ValueError(f"GPT2: {length} tokens do not fit the context of {self.cfg.n_ctx}")
+            query_pos = key_pos = Tensor.arange(length)
+        else:
+            if length != 1 or len(cache) != self.cfg.n_layer or cache[0].shape[1] != tokens.shape[0]:
+                raise ValueError(f"GPT2: a cached step takes one token per sequence of the cache's batch "
+                                 f"({cache[0].shape[1]}), got tokens of shape {tokens.shape}")  # fmt: skip
+            query_pos, key_pos = pos.reshape(1), Tensor.arange(self.cfg.n_ctx)
+        mask = key_pos.reshape(1, -1) <= query_pos.reshape(-1, 1)  # causal: a query sees keys up to its position
+        x = self.wte(tokens) + self.wpe(query_pos)
+        for i, block in enumerate(self.h):
+            x = block(x, mask, None if cache is None else cache[i], pos)
+        return self.ln_f(x) @ self.wte.weight.T  # the head shares the token embedding's weights
+
+
+class Generator:
+    """Generates from a GPT2 one token at a time: it owns the key-value cache and the TinyJit-captured step."""
+
+    def __init__(self, model: GPT2):
+        self.model, self.cache = model, model.new_cache(batch=1)
+        self.step = TinyJit(self._step)
+
+    def _step(self, token: Tensor, pos: Tensor) -> Tensor:
+        return self.model(token, self.cache, pos)[:, -1, :].realize()
+
+    def logits(self, token: int, pos: int) -> list[float]:
+        """The next-token logits after `token` at position `pos` (the cache must hold positions 0..pos-1)."""
+        if not 0 <= pos < self.model.cfg.n_ctx:
+            raise ValueError(f"Generator.logits: position {pos} is outside the context 0..{self.model.cfg.n_ctx - 1}")
+        return self.step(Tensor([[token]]), Tensor([pos])).tolist()[0]
+
+    def generate(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> list[int]:
+        """The max_new_tokens tokens after prompt: greedy at temperature 0, else sampled from softmax(logits / T)."""
+        if len(prompt) + max_new_tokens > self.model.cfg.n_ctx:
+            raise ValueError(f"Generator.generate: {len(prompt)} prompt + {max_new_tokens} new tokens exceed the "
+                             f"context of {self.model.cfg.n_ctx}")  # fmt: skip
+        return generate(self.logits, prompt, max_new_tokens, temperature, seed)
+
+
+def generate(logits: Callable[[int, int], list[float]], prompt: list[int], max_new_tokens: int,
+             temperature: float = 0.0, seed: int = 0) -> list[int]:  # fmt: skip
+    """Decode with any logits(token, pos) function that keeps its own cache; the prompt goes in token by token."""
+    if not prompt:
+        raise ValueError("generate: the prompt needs at least one token")
+    if max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be 0 or more, got {max_new_tokens}")
+    rng, tokens = random.Random(seed), list(prompt)
+    for pos in range(len(prompt) + max_new_tokens - 1):
+        next_logits = logits(tokens[pos], pos)
+        if pos >= len(prompt) - 1:
+            tokens.append(choose(next_logits, temperature, rng))
+    return tokens[len(prompt) :]
+
+
+def choose(logits: list[float], temperature: float, rng: random.Random) -> int:
+    """The next token: the argmax at temperature 0, else a draw from softmax(logits / temperature)."""
+    if temperature == 0:
+        return max(range(len(logits)), key=logits.__getitem__)
+    top = max(logits)
+    weights = [math.exp((x - top) / temperature) for x in logits]
+    return rng.choices(range(len(logits)), weights)[0]
