@@ -254,3 +254,36 @@ def test_assign_with_wrong_dtype_is_an_error(device):
     x = Tensor([1.0, 2.0], device=device)
     with pytest.raises(TypeError, match=r"assign: value has dtype dtypes.int .* dtypes.float; use .cast\(\)"):
         x.assign(Tensor([1, 2], device=device, dtype=dtypes.int32))
+
+
+# ---- values a broadcast into a reduction would recompute ----
+
+
+def test_costly_math_before_a_matmul_gets_its_own_kernel(device):
+    (a, x), (b, w) = realized((8, 16), device), realized((16, 32), device, seed=1)
+    y = x.exp() @ w  # fused, exp would run once per output column: 32 times per element
+    assert kernels_to_realize(y) == 2
+    assert_matches(y, np.exp(a) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_cheap_math_before_a_matmul_stays_fused(device):
+    (a, x), (b, w) = realized((8, 16), device), realized((16, 32), device, seed=1)
+    y = (x * 2 + 1) @ w
+    assert kernels_to_realize(y) == 1
+    assert_matches(y, (a * 2 + 1) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_costly_math_broadcast_a_few_times_stays_fused(device):
+    (a, x), (b, w) = realized((8, 16), device), realized((16, 2), device, seed=1)
+    y = x.exp() @ w  # two output columns: recomputing exp twice is cheaper than a round trip through memory
+    assert kernels_to_realize(y) == 1
+    assert_matches(y, np.exp(a) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_before_its_matmul_is_computed_once(device):
+    (a, x), (b, v) = realized((4, 8, 8), device), realized((4, 8, 16), device, seed=1)
+    y = x.softmax(-1) @ v
+    kernels = kernels_to_realize(y)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    assert_matches(y, (e / e.sum(-1, keepdims=True)) @ b, rtol=1e-5)
+    assert kernels == 4  # max, sum of exp, the softmax itself, the matmul

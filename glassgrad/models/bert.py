@@ -57,8 +57,7 @@ class BertLayer:
                    for f in (self.query, self.key, self.value))  # fmt: skip
         attended = q.scaled_dot_product_attention(k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, d)
         x = self.attn_norm(x + self.attn_out(attended))
-        # contiguous: the activations get a buffer, else ffn_out would recompute the GELU for each of its outputs
-        hidden = self.ffn_in(x).gelu(approximate="none").contiguous()
+        hidden = self.ffn_in(x).gelu(approximate="none")  # gets its own buffer: fused, each output column recomputes it
         return self.ffn_norm(x + self.ffn_out(hidden))
 
 

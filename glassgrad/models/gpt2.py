@@ -74,9 +74,8 @@ class MLP:
         self.c_fc, self.c_proj = nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
 
     def __call__(self, x: Tensor) -> Tensor:
-        # contiguous: the activations get a buffer, else c_proj would recompute the GELU for each of its outputs
-        # (the matmul's reduce gets a buffer of its own; the elementwise work after it fuses into the reader)
-        return self.c_proj(self.c_fc(x).gelu(approximate="tanh").contiguous())
+        # the GELU gets a buffer of its own (the scheduler's rule for costly values a matmul would recompute)
+        return self.c_proj(self.c_fc(x).gelu(approximate="tanh"))
 
 
 class Block:

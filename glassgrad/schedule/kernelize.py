@@ -94,6 +94,9 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         for reduce_node, users in readers.items():
             if len(users) > 1 and reduce_node not in points:
                 points[reduce_node], changed = None, True
+        for point in list(points):
+            for value in _costly_values_repeated(point, points):
+                points[value], changed = None, True
     order = {node: i for i, node in enumerate(UOp(Ops.SINK, dtypes.void, tuple(points)).toposort())}
     return sorted(points, key=order.__getitem__)
 
@@ -124,6 +127,42 @@ def _reductions_read_by(point: UOp, points: dict[UOp, None]) -> list[tuple[UOp, 
             found.append((node, expanded))
         stack.extend((s, expanded or _grows(node)) for s in node.src)
     return found
+
+
+COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
+MIN_REPEATS = 16  # a value with transcendental math recomputed this many times costs more than its own buffer
+
+
+def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
+    """Values with transcendental math that the kernel of `point` would recompute for each element of a broadcast
+    into a reduction: a GELU before a matmul (once per output column), attention's softmax before its matmul."""
+    found: list[UOp] = []
+    seen: set[tuple[UOp, bool]] = set()
+    stack = [(s, point.op is Ops.REDUCE_AXIS) for s in (point.src if point.op is Ops.REDUCE_AXIS else
+                                                         _kernel_sources(point))]  # fmt: skip
+    while stack:
+        node, in_reduce = stack.pop()
+        if (
+            (node, in_reduce) in seen
+            or is_realized(node)
+            or node.op is Ops.COPY
+            or (node in points and node is not point)
+        ):
+            continue
+        seen.add((node, in_reduce))
+        if in_reduce and node.op is Ops.EXPAND and prod(node.arg) >= MIN_REPEATS * prod(node.src[0].shape):
+            value = node.src[0].base
+            if value not in points and value.op in GroupOp.Elementwise and _has_costly_math(value, points):
+                found.append(value)
+        stack.extend((s, in_reduce or node.op is Ops.REDUCE_AXIS) for s in node.src)
+    return found
+
+
+def _has_costly_math(value: UOp, points: dict[UOp, None]) -> bool:
+    """Whether the part of `value`'s graph that a kernel would compute (down to buffers, points and reductions)
+    contains transcendental math."""
+    stop = lambda n: not (is_realized(n) or n in points and n is not value or n.op in (Ops.REDUCE_AXIS, Ops.COPY))
+    return any(n.op in COSTLY for n in value.toposort(enter=stop) if stop(n))
 
 
 def _reads_target_elsewhere(assign: UOp) -> bool:
