@@ -16,6 +16,8 @@ from glassgrad.helpers import prod
 class Ops(enum.Enum):
     """Every kind of UOp, grouped as in docs/architecture.md."""
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash is a Python call on every dict lookup
+
     # buffers and data
     UNIQUE = enum.auto()
     DEVICE = enum.auto()
