@@ -65,11 +65,11 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
 
 
 class CopyRunner:
-    """Moves a buffer's bytes to a buffer on another device (through the host)."""
+    """Moves a buffer's bytes to a buffer on another device (directly where the devices can, else via the host)."""
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
         dst, src = bufs
-        dst.copyin(src.as_bytes())
+        dst.copy_from(src)
         if DEBUG >= 2:
             print(f"{colored('copy', 'yellow')} {dst.nbytes:>10} bytes {src.device} -> {dst.device}")
         return None

@@ -40,6 +40,7 @@ class CStyleRenderer(Renderer):
     kernel_prefix = "void"
     buffer_prefix = ""
     split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
+    outer_loop_params: tuple[str, ...] = ("int start", "int end")  # the kernel's arguments that bound it
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -115,6 +116,10 @@ class CStyleRenderer(Renderer):
             return f"({args[0]}!={args[1]})"
         return f"({args[0]}{self.infix[op]}{args[1]})"
 
+    def outer_loop_header(self, name: str, size: str) -> str:
+        """The line that opens the outer output loop, whose iterations the caller spreads over threads."""
+        return f"for (int {name} = start; {name} < end; {name}++) {{"
+
     def _fn_suffix(self, dtype: DType) -> str:
         return self.type_name(dtype).replace(" ", "_")
 
@@ -178,7 +183,7 @@ class CKernelWriter:
         for u in self.program:
             handlers.get(u.op, self.alu)(u)
         if self.outer_loop is not None:
-            self.params += ["int start", "int end"]
+            self.params += self.r.outer_loop_params
         return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
 
     def define_global(self, u: UOp) -> None:
@@ -189,9 +194,10 @@ class CKernelWriter:
         self.names[u] = self.r.render_const(u.arg, u.dtype)
 
     def range(self, u: UOp) -> None:
-        name = self.names[u] = f"ridx{u.arg}"
-        start, end = ("start", "end") if u is self.outer_loop else ("0", self.names[u.src[0]])
-        self.line(f"for (int {name} = {start}; {name} < {end}; {name}++) {{")
+        name, size = f"ridx{u.arg}", self.names[u.src[0]]
+        self.names[u] = name
+        self.line(self.r.outer_loop_header(name, size) if u is self.outer_loop else
+                  f"for (int {name} = 0; {name} < {size}; {name}++) {{")  # fmt: skip
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:
