@@ -6,6 +6,7 @@ CUDA is unavailable (as on CI).
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import torch
 
 from glassgrad import Device, Tensor, dtypes
 from glassgrad.codegen import get_program
-from glassgrad.renderer.cuda import CUDARenderer, float_to_half_bits
+from glassgrad.renderer.cuda import GROUP_THREADS, CUDARenderer, float_to_half_bits
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAError, CUDAUnavailable
@@ -51,6 +52,24 @@ def test_outer_output_loop_is_the_grid():
     assert "int ridx0 = blockIdx.x*blockDim.x+threadIdx.x; if (ridx0 < 10) {" in spec.src
     assert "for (int ridx1 = 0;" in spec.src  # the reduction stays a loop inside each thread
     assert "start" not in spec.src and "end" not in spec.src
+
+
+def test_a_short_outer_loop_gets_a_block_of_threads_per_iteration():
+    x = Tensor(np.ones((20, 3000), np.float32), device="CPU").realize()
+    (whole,) = _kernels(x.sum())
+    assert whole.global_size is None and whole.local_size == (GROUP_THREADS,)
+    assert re.search(r"for \(int (ridx\d+) = threadIdx.x; \1 < \d+; \1 \+= blockDim.x\)", whole.src)
+    assert "__syncthreads();" in whole.src and "if (threadIdx.x == 0) {" in whole.src
+    (rows,) = _kernels(x.max(axis=1))
+    assert rows.global_size == (20,) and rows.local_size == (GROUP_THREADS,)
+    assert "int ridx0 = blockIdx.x; {" in rows.src
+
+
+def test_a_long_outer_loop_or_a_short_reduction_keeps_a_thread_per_iteration():
+    x = Tensor(np.ones((9000, 200), np.float32), device="CPU").realize()
+    for t in (x.sum(axis=1), x[:, :5].sum(axis=1), x[:100, :100].sum(axis=1)):
+        (spec,) = _kernels(t)
+        assert spec.local_size is None and "__syncthreads" not in spec.src
 
 
 def test_half_and_bfloat16_are_their_bits_with_ptx_conversions():
@@ -232,3 +251,34 @@ def test_half_nan_inf_and_bitcast():
     np.testing.assert_array_equal(
         x.bitcast(dtypes.uint32).numpy()[1:], np.array([np.inf, -np.inf, 1.0], np.float32).view(np.uint32)
     )
+
+
+REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "mean": np.mean}
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(1,), (255,), (256,), (257,), (100_003,), (3, 1000), (700, 129), (40, 2, 333)])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_shared_by_a_block_match_numpy(shape, name):
+    low, high = (0.9, 1.1) if name == "prod" else (-3, 3)
+    data = random_array(shape, low=low, high=high, seed=len(shape))
+    t = Tensor(data, device="CUDA")
+    for axis in (None, -1):
+        assert_matches(getattr(t, name)(axis=axis), REDUCTIONS[name](data, axis=axis), rtol=1e-4, atol=1e-5)
+
+
+@needs_gpu
+def test_shared_reductions_of_ints_bools_nan_and_several_accumulators():
+    ints = random_array((5, 4000), dtypes.int32, -1000, 1000)
+    assert_matches(Tensor(ints, device="CUDA").sum(axis=1), ints.sum(axis=1))
+    flags = np.zeros((3, 5000), bool)
+    flags[1, 4321] = True
+    assert_matches(Tensor(flags, device="CUDA").max(axis=1), flags.max(axis=1))
+    with_nan = random_array((4, 3000), seed=5)
+    with_nan[2, 2999] = np.nan
+    assert_matches(Tensor(with_nan, device="CUDA").max(axis=1), with_nan.max(axis=1))
+    a, b = random_array((4, 3000), seed=6), random_array((3000, 3), seed=7)
+    assert_matches(Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), a @ b, rtol=1e-4, atol=1e-4)
+    x = random_array((6, 5000), dtypes.float64, seed=8)
+    t = Tensor(x, device="CUDA")
+    assert_matches((t - t.mean(axis=1, keepdim=True)).square().mean(axis=1), x.var(axis=1), rtol=1e-9)

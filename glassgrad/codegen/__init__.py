@@ -27,6 +27,7 @@ class ProgramSpec:
     ops: int
     mem: int
     opts: tuple[Opt, ...] = ()
+    local_size: tuple[int, ...] | None = None  # threads sharing one iteration of that loop (Renderer.local_size)
 
 
 def choose_opts(ast: UOp) -> tuple[Opt, ...]:
@@ -83,4 +84,5 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, len(ast.src[0].src[1].arg.shape))
     global_size = (outer.src[0].arg,) if outer is not None else None
-    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts)
+    src, local_size = renderer.render(name, program, outer), renderer.local_size(program, outer)
+    return ProgramSpec(name, src, tuple(program), global_size, ops, mem, opts, local_size)

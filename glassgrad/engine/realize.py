@@ -35,7 +35,9 @@ class CompiledKernel:
         self.device, self.spec, self.program = device, spec, program
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
-        return self.program(*(b.handle for b in bufs), global_size=self.spec.global_size, wait=wait)
+        spec = self.spec
+        return self.program(*(b.handle for b in bufs), global_size=spec.global_size, local_size=spec.local_size,
+                            wait=wait)  # fmt: skip
 
 
 _kernels: dict[tuple[str, UOp], CompiledKernel] = {}

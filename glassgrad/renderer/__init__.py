@@ -17,6 +17,10 @@ class Renderer:
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
 
+    def local_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[int, ...] | None:
+        """Threads that work together on one iteration of the outer loop (a GPU's block); None: one thread each."""
+        return None
+
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         """Source text for the program; `outer_loop`, if given, is a loop whose iterations are independent."""
         raise NotImplementedError

@@ -1,9 +1,12 @@
 """CUDA C: the C-style renderer's dialect for NVIDIA GPUs, compiled by NVRTC.
 
 The outer output loop becomes the grid: each thread computes one of its iterations (`ridx0` is the thread's global
-index, guarded against the loop's size) and runs the inner loops itself. half and bfloat16 are stored as their 16
-bits and converted to and from float with PTX's own conversions, so a kernel needs no toolkit header; their math
-runs in float32, as on the CPU (the `small_float_math` dialect).
+index, guarded against the loop's size) and runs the inner loops itself. Where that leaves too few threads for the
+work (a whole-tensor sum; a few long rows), one iteration gets a block of threads instead: they split the reduction
+loops between them and combine their partial accumulators through shared memory.
+
+half and bfloat16 are stored as their 16 bits and converted to and from float with PTX's own conversions, so a kernel
+needs no toolkit header; their math runs in float32, as on the CPU (the `small_float_math` dialect).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 import struct
 
 from glassgrad.dtype import DType, dtypes
-from glassgrad.renderer.cstyle import CStyleRenderer
+from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.uop.ops import Ops, UOp
 
 # NVRTC has no <math.h>: the two constants it would give, as the bits C's INFINITY and NAN have
@@ -42,6 +45,41 @@ def float_to_half_bits(value: float) -> int:
         return 0xFC00 if value < 0 else 0x7C00
 
 
+GROUP_THREADS = 256  # threads that share one iteration of the outer loop, where they do
+GROUP_BELOW = 8192  # outer loops this short leave the GPU idle with one thread per iteration...
+GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
+
+
+def shared_loops(program: list[UOp], outer_loop: UOp | None) -> dict[UOp, UOp]:
+    """Where a block of threads shares the work of one outer iteration: for each reduction loop directly in the outer
+    loop's body (the kernel's, with none), the loop of its nest that the threads split. That is the longest loop
+    holding every accumulator the nest defines or updates, so each of them is one thread's alone or combined after
+    the nest. Empty (a thread per iteration) where the outer loop is long, the reductions short, or a loop stores."""
+    body = [outer_loop] if outer_loop is not None else []
+    nests: dict[UOp, list[UOp]] = {}  # each loop in the body, with the loops inside it
+    accumulating: dict[UOp, list[list[UOp]]] = {}  # and the loops open around each DEFINE_ACC and ASSIGN in it
+    open_loops: list[UOp] = []
+    for u in program:
+        top = open_loops[len(body)] if len(open_loops) > len(body) and open_loops[: len(body)] == body else None
+        if u.op is Ops.RANGE:
+            if open_loops == body:
+                top, nests[u], accumulating[u] = u, [], []
+            if top is not None:
+                nests[top].append(u)
+            open_loops.append(u)
+        elif u.op is Ops.ENDRANGE:
+            open_loops.pop()
+        elif top is not None and u.op is Ops.STORE:
+            return {}  # a loop that stores is an output loop, not a reduction
+        elif top is not None and u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
+            accumulating[top].append(list(open_loops))
+    if not nests or (outer_loop is not None and outer_loop.src[0].arg >= GROUP_BELOW):
+        return {}
+    plan = {top: max((loop for loop in nest if all(loop in around for around in accumulating[top])),
+                     key=lambda loop: loop.src[0].arg) for top, nest in nests.items()}  # fmt: skip
+    return plan if max(loop.src[0].arg for loop in plan.values()) >= GROUP_FROM else {}
+
+
 def _uses(program: list[UOp], dtype: DType) -> bool:
     return any(u.dtype == dtype or any(s.dtype == dtype for s in u.src) for u in program)
 
@@ -58,6 +96,9 @@ class CUDARenderer(CStyleRenderer):
 
     def outer_loop_header(self, name: str, size: str) -> str:
         return f"int {name} = blockIdx.x*blockDim.x+threadIdx.x; if ({name} < {size}) {{"
+
+    def local_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[int, ...] | None:
+        return (GROUP_THREADS,) if shared_loops(program, outer_loop) else None
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.float16:
@@ -78,7 +119,72 @@ class CUDARenderer(CStyleRenderer):
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"gg_bitcast<{self.type_name(dst)}>({x})"
 
+    def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
+        writer = CUDAKernelWriter(self, program, outer_loop)
+        return "\n".join(self.prelude(program) + [writer.write(name)]) + "\n"
+
     def prelude(self, program: list[UOp]) -> list[str]:
         lines = CONSTANTS + (HALF_HELPERS if _uses(program, dtypes.float16) else [])
         lines += [line for line in super().prelude(program) if not line.startswith("#include")]
         return lines + ([BITCAST_HELPER] if any(u.op is Ops.BITCAST for u in program) else [])
+
+
+class CUDAKernelWriter(CKernelWriter):
+    """The C writer, plus blocks of threads that share the reduction loops of one outer iteration."""
+
+    def __init__(self, renderer: CUDARenderer, program: list[UOp], outer_loop: UOp | None = None):
+        super().__init__(renderer, program, outer_loop)
+        self.plan = shared_loops(program, outer_loop)
+        self.split = set(self.plan.values())
+        self.updates: dict[UOp, dict[UOp, UOp]] = {top: {} for top in self.plan}  # accumulators combined after each
+        self.partials: dict[str, str] = {}  # a shared array per type, reused by every combine
+        position = {u: i for i, u in enumerate(program)}
+        open_loops: list[UOp] = []
+        for u in program:
+            if u.op is Ops.RANGE:
+                open_loops.append(u)
+            elif u.op is Ops.ENDRANGE:
+                open_loops.pop()
+            elif u.op is Ops.ASSIGN and (top := next((r for r in open_loops if r in self.plan), None)):
+                if position[u.src[0]] < position[top]:  # an accumulator from before the nest: partial in each thread
+                    self.updates[top][u.src[0]] = u
+
+    def range(self, u: UOp) -> None:
+        if u not in self.split and not (self.plan and u is self.outer_loop):
+            return super().range(u)
+        name = self.names[u] = f"ridx{u.arg}"
+        if u is self.outer_loop:  # a block for each iteration
+            self.line(f"int {name} = blockIdx.x; {{")
+        else:  # the block's threads take turns
+            self.line(f"for (int {name} = threadIdx.x; {name} < {self.names[u.src[0]]}; {name} += blockDim.x) {{")
+        self.depth += 1
+
+    def endrange(self, u: UOp) -> None:
+        super().endrange(u)
+        for assign in self.updates.get(u.src[0], {}).values():
+            self.combine(assign)
+
+    def combine(self, assign: UOp) -> None:
+        """Every thread's partial accumulator, reduced as a tree in shared memory; each thread reads the total."""
+        acc, dtype, op = self.names[assign.src[0]], assign.dtype, assign.src[1].op
+        if (part := self.partials.get(type_name := self.r.type_name(dtype))) is None:
+            part = self.partials[type_name] = self.fresh("part")
+            self.line(f"__shared__ {type_name} {part}[{GROUP_THREADS}];")
+        both = self.r.render_alu(op, dtype, [f"{part}[threadIdx.x]", f"{part}[threadIdx.x+step]"], assign.src[1].src)
+        self.line(f"{part}[threadIdx.x] = {acc};")
+        self.line("__syncthreads();")
+        self.line("for (int step = blockDim.x/2; step > 0; step >>= 1) {")
+        self.line(f"  if (threadIdx.x < step) {part}[threadIdx.x] = {both};")
+        self.line("  __syncthreads();")
+        self.line("}")
+        self.line(f"{acc} = {part}[0];")
+        self.line("__syncthreads();")  # everyone has read the total before the array is used again
+
+    def store(self, u: UOp) -> None:
+        if not self.plan:
+            return super().store(u)
+        self.line("if (threadIdx.x == 0) {")  # every thread holds the same values: one writes them
+        self.depth += 1
+        super().store(u)
+        self.depth -= 1
+        self.line("}")
