@@ -264,13 +264,14 @@ def test_reductions_shared_by_a_block_match_numpy(shape, name):
     data = random_array(shape, low=low, high=high, seed=len(shape))
     t = Tensor(data, device="CUDA")
     for axis in (None, -1):
-        assert_matches(getattr(t, name)(axis=axis), REDUCTIONS[name](data, axis=axis), rtol=1e-4, atol=1e-5)
+        # float32 sums of 100k terms round differently in any other order: allow for it
+        assert_matches(getattr(t, name)(axis=axis), REDUCTIONS[name](data, axis=axis), rtol=1e-4, atol=1e-3)
 
 
 @needs_gpu
 def test_shared_reductions_of_ints_bools_nan_and_several_accumulators():
     ints = random_array((5, 4000), dtypes.int32, -1000, 1000)
-    assert_matches(Tensor(ints, device="CUDA").sum(axis=1), ints.sum(axis=1))
+    assert_matches(Tensor(ints, device="CUDA").sum(axis=1), ints.sum(axis=1), dtypes.int32)
     flags = np.zeros((3, 5000), bool)
     flags[1, 4321] = True
     assert_matches(Tensor(flags, device="CUDA").max(axis=1), flags.max(axis=1))

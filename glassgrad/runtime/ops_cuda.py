@@ -219,11 +219,14 @@ class CUDAProgram(Program):
         cu("cuModuleLoadData", ctypes.byref(self.module), binary)
         cu("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
 
-    def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None, local_size=None,
-                 wait: bool = False) -> float | None:  # fmt: skip
+    def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None,
+                 local_size: tuple[int, ...] | None = None, wait: bool = False) -> float | None:  # fmt: skip
         size = global_size[0] if global_size else 1
-        block = min(size, BLOCK_SIZE)
-        grid = (size + block - 1) // block
+        if local_size:  # a block of threads for each iteration of the outer loop
+            grid, block = size, local_size[0]
+        else:  # a thread for each iteration
+            block = min(size, BLOCK_SIZE)
+            grid = (size + block - 1) // block
         args = (ctypes.c_uint64 * max(len(bufs), 1))(*bufs)
         params = (ctypes.c_void_p * max(len(bufs), 1))(*(ctypes.addressof(args) + 8 * i for i in range(len(bufs))))
         self.device.activate()
