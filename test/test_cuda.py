@@ -49,9 +49,17 @@ def test_outer_output_loop_is_the_grid():
     (spec,) = _kernels(x.reshape(10, 100).sum(axis=1) * 2)
     assert spec.global_size == (10,)
     assert 'extern "C" __global__ void' in spec.src
-    assert "int ridx0 = blockIdx.x*blockDim.x+threadIdx.x; if (ridx0 < 10) {" in spec.src
+    assert "int gidx = blockIdx.x*blockDim.x+threadIdx.x; int ridx0 = gidx; if (gidx < 10) {" in spec.src
     assert "for (int ridx1 = 0;" in spec.src  # the reduction stays a loop inside each thread
     assert "start" not in spec.src and "end" not in spec.src
+
+
+def test_nested_output_loops_share_one_grid():
+    x = Tensor(np.ones((4, 5, 6), np.float32), device="CPU").realize()
+    (spec,) = _kernels(x.permute(2, 0, 1) + 1)
+    assert spec.global_size == (120,) and spec.local_size is None
+    assert "int ridx0 = (gidx/20);" in spec.src and "int ridx1 = ((gidx/5)%4); {" in spec.src
+    assert "int ridx2 = (gidx%5); {" in spec.src and "for (" not in spec.src
 
 
 def test_a_short_outer_loop_gets_a_block_of_threads_per_iteration():
@@ -62,7 +70,7 @@ def test_a_short_outer_loop_gets_a_block_of_threads_per_iteration():
     assert "__syncthreads();" in whole.src and "if (threadIdx.x == 0) {" in whole.src
     (rows,) = _kernels(x.max(axis=1))
     assert rows.global_size == (20,) and rows.local_size == (GROUP_THREADS,)
-    assert "int ridx0 = blockIdx.x; {" in rows.src
+    assert "int gidx = blockIdx.x; int ridx0 = gidx; if (gidx < 20) {" in rows.src
 
 
 def test_a_long_outer_loop_or_a_short_reduction_keeps_a_thread_per_iteration():

@@ -122,10 +122,6 @@ class CStyleRenderer(Renderer):
             return f"({args[0]}!={args[1]})"
         return f"({args[0]}{self.infix[op]}{args[1]})"
 
-    def outer_loop_header(self, name: str, size: str) -> str:
-        """The line that opens the outer output loop, whose iterations the caller spreads over threads."""
-        return f"for (int {name} = start; {name} < end; {name}++) {{"
-
     def _fn_suffix(self, dtype: DType) -> str:
         return self.type_name(dtype).replace(" ", "_")
 
@@ -200,10 +196,9 @@ class CKernelWriter:
         self.names[u] = self.r.render_const(u.arg, u.dtype)
 
     def range(self, u: UOp) -> None:
-        name, size = f"ridx{u.arg}", self.names[u.src[0]]
-        self.names[u] = name
-        self.line(self.r.outer_loop_header(name, size) if u is self.outer_loop else
-                  f"for (int {name} = 0; {name} < {size}; {name}++) {{")  # fmt: skip
+        name = self.names[u] = f"ridx{u.arg}"
+        start, end = ("start", "end") if u is self.outer_loop else ("0", self.names[u.src[0]])
+        self.line(f"for (int {name} = {start}; {name} < {end}; {name}++) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:

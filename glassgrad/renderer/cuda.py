@@ -15,6 +15,7 @@ import math
 import struct
 
 from glassgrad.dtype import DType, dtypes
+from glassgrad.helpers import prod
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.uop.ops import Ops, UOp
 
@@ -50,19 +51,45 @@ GROUP_BELOW = 8192  # outer loops this short leave the GPU idle with one thread 
 GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
 
 
-def shared_loops(program: list[UOp], outer_loop: UOp | None) -> dict[UOp, UOp]:
-    """Where a block of threads shares the work of one outer iteration: for each reduction loop directly in the outer
-    loop's body (the kernel's, with none), the loop of its nest that the threads split. That is the longest loop
-    holding every accumulator the nest defines or updates, so each of them is one thread's alone or combined after
-    the nest. Empty (a thread per iteration) where the outer loop is long, the reductions short, or a loop stores."""
-    body = [outer_loop] if outer_loop is not None else []
+def grid_loops(program: list[UOp], outer_loop: UOp | None) -> list[UOp]:
+    """The outer output loop and the output loops nested straight inside it: the grid's threads split them all."""
+    if outer_loop is None:
+        return []
+    position = {u: i for i, u in enumerate(program)}
+    end = {u.src[0]: i for i, u in enumerate(program) if u.op is Ops.ENDRANGE}
+    loops = [outer_loop]
+    while True:
+        body, depth, children = program[position[loops[-1]] + 1 : end[loops[-1]]], 0, []
+        for u in body:
+            depth += (u.op is Ops.RANGE) - (u.op is Ops.ENDRANGE)
+            if depth == 0 and u.op in (Ops.STORE, Ops.DEFINE_ACC, Ops.ASSIGN):
+                return loops  # work of its own around the inner loop: that loop stays a loop
+            children += [u] if u.op is Ops.RANGE and depth == 1 else []
+        if len(children) != 1 or body[-1].src[0] is not children[0]:
+            return loops  # one loop, and nothing after it
+        if prod(size(loop) for loop in loops) * size(children[0]) >= 2**31:
+            return loops  # the global index is an int
+        if not any(u.op is Ops.STORE for u in program[position[children[0]] : end[children[0]]]):
+            return loops  # a reduction's loop, not an output's
+        loops.append(children[0])
+
+
+def size(loop: UOp) -> int:
+    return loop.src[0].arg
+
+
+def shared_loops(program: list[UOp], grid: list[UOp]) -> dict[UOp, UOp]:
+    """Where a block of threads shares the work of one grid index: for each reduction loop directly in the grid loops'
+    body (the kernel's, with none), the loop of its nest that the threads split. That is the longest loop holding
+    every accumulator the nest defines or updates, so each of them is one thread's alone or combined after the nest.
+    Empty (a thread per grid index) where the grid is large, the reductions short, or a loop stores."""
     nests: dict[UOp, list[UOp]] = {}  # each loop in the body, with the loops inside it
     accumulating: dict[UOp, list[list[UOp]]] = {}  # and the loops open around each DEFINE_ACC and ASSIGN in it
     open_loops: list[UOp] = []
     for u in program:
-        top = open_loops[len(body)] if len(open_loops) > len(body) and open_loops[: len(body)] == body else None
+        top = open_loops[len(grid)] if len(open_loops) > len(grid) and open_loops[: len(grid)] == grid else None
         if u.op is Ops.RANGE:
-            if open_loops == body:
+            if open_loops == grid:
                 top, nests[u], accumulating[u] = u, [], []
             if top is not None:
                 nests[top].append(u)
@@ -73,11 +100,11 @@ def shared_loops(program: list[UOp], outer_loop: UOp | None) -> dict[UOp, UOp]:
             return {}  # a loop that stores is an output loop, not a reduction
         elif top is not None and u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
             accumulating[top].append(list(open_loops))
-    if not nests or (outer_loop is not None and outer_loop.src[0].arg >= GROUP_BELOW):
+    if not nests or prod(size(loop) for loop in grid) >= GROUP_BELOW:
         return {}
-    plan = {top: max((loop for loop in nest if all(loop in around for around in accumulating[top])),
-                     key=lambda loop: loop.src[0].arg) for top, nest in nests.items()}  # fmt: skip
-    return plan if max(loop.src[0].arg for loop in plan.values()) >= GROUP_FROM else {}
+    plan = {top: max((loop for loop in nest if all(loop in around for around in accumulating[top])), key=size)
+            for top, nest in nests.items()}  # fmt: skip
+    return plan if max(size(loop) for loop in plan.values()) >= GROUP_FROM else {}
 
 
 def _uses(program: list[UOp], dtype: DType) -> bool:
@@ -94,11 +121,11 @@ class CUDARenderer(CStyleRenderer):
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
 
-    def outer_loop_header(self, name: str, size: str) -> str:
-        return f"int {name} = blockIdx.x*blockDim.x+threadIdx.x; if ({name} < {size}) {{"
-
-    def local_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[int, ...] | None:
-        return (GROUP_THREADS,) if shared_loops(program, outer_loop) else None
+    def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
+        """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""
+        grid = grid_loops(program, outer_loop)
+        local = (GROUP_THREADS,) if shared_loops(program, grid) else None
+        return ((prod(size(loop) for loop in grid),) if grid else None), local
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.float16:
@@ -134,7 +161,8 @@ class CUDAKernelWriter(CKernelWriter):
 
     def __init__(self, renderer: CUDARenderer, program: list[UOp], outer_loop: UOp | None = None):
         super().__init__(renderer, program, outer_loop)
-        self.plan = shared_loops(program, outer_loop)
+        self.grid = grid_loops(program, outer_loop)
+        self.plan = shared_loops(program, self.grid)
         self.split = set(self.plan.values())
         self.updates: dict[UOp, dict[UOp, UOp]] = {top: {} for top in self.plan}  # accumulators combined after each
         self.partials: dict[str, str] = {}  # a shared array per type, reused by every combine
@@ -150,13 +178,23 @@ class CUDAKernelWriter(CKernelWriter):
                     self.updates[top][u.src[0]] = u
 
     def range(self, u: UOp) -> None:
-        if u not in self.split and not (self.plan and u is self.outer_loop):
+        if u not in self.split and u not in self.grid:
             return super().range(u)
-        name = self.names[u] = f"ridx{u.arg}"
-        if u is self.outer_loop:  # a block for each iteration
-            self.line(f"int {name} = blockIdx.x; {{")
+        name, bound = f"ridx{u.arg}", self.names[u.src[0]]
+        self.names[u] = name
+        if u in self.grid:  # each thread (or block) has one global index: gidx, unravelled over the grid loops
+            i = self.grid.index(u)
+            inner = prod(size(loop) for loop in self.grid[i + 1 :])
+            index = "gidx" if inner == 1 else f"(gidx/{inner})"
+            index = index if i == 0 else f"({index}%{bound})"
+            if i > 0:
+                self.line(f"int {name} = {index}; {{")
+            else:
+                gidx = "blockIdx.x" if self.plan else "blockIdx.x*blockDim.x+threadIdx.x"
+                total = prod(size(loop) for loop in self.grid)
+                self.line(f"int gidx = {gidx}; int {name} = {index}; if (gidx < {total}) {{")
         else:  # the block's threads take turns
-            self.line(f"for (int {name} = threadIdx.x; {name} < {self.names[u.src[0]]}; {name} += blockDim.x) {{")
+            self.line(f"for (int {name} = threadIdx.x; {name} < {bound}; {name} += blockDim.x) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:

@@ -222,9 +222,9 @@ class CUDAProgram(Program):
     def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, wait: bool = False) -> float | None:  # fmt: skip
         size = global_size[0] if global_size else 1
-        if local_size:  # a block of threads for each iteration of the outer loop
+        if local_size:  # a block of threads for each global index
             grid, block = size, local_size[0]
-        else:  # a thread for each iteration
+        else:  # a thread for each global index
             block = min(size, BLOCK_SIZE)
             grid = (size + block - 1) // block
         args = (ctypes.c_uint64 * max(len(bufs), 1))(*bufs)
