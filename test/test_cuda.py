@@ -150,15 +150,20 @@ def test_copy_round_trip(nbytes):
 
 
 @needs_gpu
-def test_copy_between_gpus_when_there_are_two():
+def test_copy_between_gpus_when_there_are_two(monkeypatch):
     count = ops_cuda.init_driver()
     devices = ["CUDA"] + [f"CUDA:{i}" for i in range(1, count)]
     data = np.arange(1000, dtype=np.float32)
-    t = Tensor(data, device=devices[-1])  # the last GPU (the first, where there is one)
+    t = Tensor(data, device=devices[-1]).realize()  # the last GPU (the first, where there is one)
     for device in devices:
-        t = t.to(device)
+        t = t.to(device) * 2 + 1  # straight from the other GPU's memory, then a kernel on this one
+        with monkeypatch.context() as m:
+            m.setattr(Buffer, "as_bytes", lambda self: pytest.fail("a copy between GPUs went through the host"))
+            t.realize()
         assert t.device == device
+        data = data * 2 + 1
     np.testing.assert_array_equal(t.to(devices[0]).numpy(), data)
+    np.testing.assert_array_equal(t.to("CPU").numpy(), data)
 
 
 @needs_gpu
