@@ -49,6 +49,7 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 BEAM = ContextVar("BEAM", 0)
+VIZ = ContextVar("VIZ", 0)
 
 
 def getenv(key: str, default: Any = 0) -> Any:
@@ -99,7 +100,8 @@ COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magent
 
 
 def use_color() -> bool:
-    return "NO_COLOR" not in os.environ and sys.stdout.isatty()
+    """Color only on a terminal, and not when NO_COLOR is set to something (no-color.org)."""
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
 
 
 def colored(text: str, color: str | None, bright: bool = False) -> str:

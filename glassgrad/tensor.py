@@ -25,7 +25,8 @@ from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, time
 from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
-from glassgrad.schedule import ScheduleItem, create_schedule, kernelize
+from glassgrad.schedule import ScheduleItem, create_schedule
+from glassgrad.schedule.cache import cached_kernelize
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -229,18 +230,13 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def _set_uop(self, uop: UOp) -> None:
         """Point this tensor at a new graph for the same values, keeping the old one if backward() may need it."""
-        if self.requires_grad and not self._is_leaf and self._autograd_uop is None:
+        if self.requires_grad and not self._is_leaf and self._autograd_uop is None and not self._graph_freed:
             self._autograd_uop = self.uop
         self.uop = uop
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
-        tensors = (self, *others)
-        for t in tensors:
-            t._set_uop(t._current_uop())
-        _become(kernelize([t.uop for t in tensors]))
-        for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
-            t._set_uop(t._current_uop())
+        _kernelize((self, *others))
         return self
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
@@ -251,13 +247,13 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
-        others = (*others, *_readers_of_overwritten((self, *others)))
-        items = self.schedule(*others)
-        run_schedule(items)
-        done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in (self, *others)))
+        tensors = (self, *others, *_readers_of_overwritten((self, *others)))
+        kernelized = _kernelize(tensors)
+        run_schedule(create_schedule([t.uop for t in tensors]), _intermediates(kernelized, tensors))
+        done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in tensors))
         ran = [n for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL]
         _become({n: _renamed_after_assign(n) for n in ran})
-        for t in (self, *others):
+        for t in tensors:
             t._set_uop(t._current_uop())
         timed_realize_summary(start, before)
         return self
@@ -476,8 +472,10 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
                 raise ValueError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
         return [g if g is not None else t.zeros_like() for t, g in zip(targets, self._gradients(names, gradient))]
 
-    def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph."""
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph.
+        As in PyTorch, the graph is let go afterwards (so realizing this tensor frees what the forward pass kept)
+        unless retain_graph=True."""
         candidates = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.requires_grad
                       and t._is_leaf]  # fmt: skip
         names = self._names_of(candidates)
@@ -488,7 +486,11 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         for t, g in zip((t for t, _ in leaves), self._gradients([found for _, found in leaves], gradient, "backward")):
             if g is not None:
                 t.grad = g if t.grad is None else t.grad + g
+        if not retain_graph:
+            self._autograd_uop, self._graph_freed = None, True
         return self
+
+    _graph_freed = False  # backward() ran without retain_graph: realizing this tensor keeps no graph for autograd
 
     def _names_of(self, tensors: Sequence[Tensor]) -> list[list[UOp]]:
         """For each tensor, the nodes of this tensor's autograd graph that stand for it.
@@ -1026,6 +1028,36 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
         if node is not target and node.op in GroupOp.Movement and node.base is target.base:
             return True
     return False
+
+
+_NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
+
+
+def _kernelize(tensors: Sequence[Tensor]) -> dict[UOp, UOp]:
+    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's mapping."""
+    for t in tensors:
+        t._set_uop(t._current_uop())
+    mapping = cached_kernelize([t.uop for t in tensors])
+    _become(mapping)
+    for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
+        t._set_uop(t._current_uop())
+    return mapping
+
+
+def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
+    """The new buffers of a kernelize mapping that nothing will read after the run: not the realized tensors'
+    own, and not reachable from any live tensor's graph (a lazy graph built on them, or one autograd keeps)."""
+    roots = {t.uop.base for t in tensors}
+    fresh = {node: assign.base for node, assign in kernelized.items() if assign.base.op is Ops.ASSIGN
+             and assign.base not in roots and not assign.base.src[1].arg.assign}  # fmt: skip
+    if not fresh:
+        return set()
+    live = [u for ref in list(_all_tensors.values()) if (t := ref()) is not None
+            for u in (t.uop, t._autograd_uop) if u is not None]  # fmt: skip
+    # a kernel's sources are not read after the run; a stale graph reads what its nodes were replaced by since
+    reached = set(UOp(Ops.SINK, dtypes.void, tuple(live)).toposort(enter=lambda n: n.op not in _NOT_ENTERED))
+    reached |= {_resolve(n).base for n in reached if n in _replaced}
+    return {assign.src[0] for node, assign in fresh.items() if node not in reached and assign not in reached}
 
 
 def _renamed_after_assign(assigned: UOp) -> UOp:

@@ -9,9 +9,17 @@ class GlobalCounters:
     global_mem: int = 0
     time_sum_s: float = 0.0
     mem_used: int = 0
+    mem_peak: int = 0  # the most mem_used has been since the last reset
+
+    @staticmethod
+    def add_memory(nbytes: int) -> None:
+        """Count a new allocation, keeping the peak."""
+        GlobalCounters.mem_used += nbytes
+        GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
 
     @staticmethod
     def reset() -> None:
-        """Zero every counter except mem_used, which tracks live buffers."""
+        """Zero every counter except mem_used, which tracks live buffers (the peak restarts from it)."""
         GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
         GlobalCounters.time_sum_s = 0.0
+        GlobalCounters.mem_peak = GlobalCounters.mem_used

@@ -8,9 +8,11 @@ scheduling and compiling entirely: it swaps the new inputs' buffers in and repla
 from __future__ import annotations
 
 import functools
+import gc
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.realize import ExecItem, capturing
 from glassgrad.helpers import getenv
 from glassgrad.runtime.device import Buffer
@@ -93,6 +95,7 @@ class TinyJit(Generic[R]):
         self.internal: set[int] = set()  # ids of the captured buffers that are not inputs
         self.result: R | None = None
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
+        self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
@@ -145,6 +148,7 @@ class TinyJit(Generic[R]):
         self.internal = {id(b) for item in recorded for b in item.bufs if id(b) not in input_buffers}
         for i, j, _ in self.input_slots:  # every replay swaps its own inputs in: the capture's need not stay allocated
             recorded[i].bufs[j] = None  # type: ignore[call-overload]
+        self.memory_saved = _plan_replay_memory(recorded)
         # outputs that are inputs (or views of them): replays return the new inputs in their place
         input_nodes = {t.uop.base: n for n, t in enumerate(inputs)}
         self.result_inputs = []
@@ -192,6 +196,20 @@ class TinyJit(Generic[R]):
             raise TypeError(f"TinyJit: tensor input {i} of {name} had {owner(self.sharing[i])} when captured and "
                             f"now has {owner(sharing[i])}; the kernels were captured for the first "
                             f"(call .reset() to capture again)")  # fmt: skip
+
+
+def _plan_replay_memory(items: list[ExecItem]) -> int:
+    """Buffers that only the captured kernels use (no tensor holds them) share memory where their lifetimes in the
+    replay don't overlap; returns the bytes saved."""
+    gc.collect()  # tensors of the captured call that only a reference cycle still held
+    held = {id(m) for b in _held_buffers() for m in (b, b._base) if m is not None}  # a held buffer's memory too
+    return plan_memory(items, kept=lambda b: id(b) in held, reuse_allocated=True)
+
+
+def _held_buffers() -> list[Buffer]:
+    from glassgrad.engine.realize import _buffers
+
+    return [b for b in _buffers.values()]
 
 
 def _fresh(new_input, view: UOp | None):

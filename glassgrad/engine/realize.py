@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 import weakref
 
-from glassgrad.codegen import ProgramSpec, get_program
+from glassgrad.codegen import ProgramSpec
 from glassgrad.engine.counters import GlobalCounters
-from glassgrad.helpers import DEBUG, colored
+from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
+from glassgrad.engine.memory import plan_memory
+from glassgrad.helpers import DEBUG
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
@@ -50,7 +52,7 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
         dev = Device[device]
         if DEBUG >= 4:
             print(f"--- kernel AST ---\n{ast}")
-        spec = get_program(ast, dev.renderer)
+        spec = get_program_recorded(device, ast, dev.renderer)
         if DEBUG >= 4:
             print(
                 "--- linear program ---\n"
@@ -71,9 +73,9 @@ class CopyRunner:
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
         dst, src = bufs
+        start = time.perf_counter()
         dst.copy_from(src)
-        if DEBUG >= 2:
-            print(f"{colored('copy', 'yellow')} {dst.nbytes:>10} bytes {src.device} -> {dst.device}")
+        copy_ran(dst.nbytes, src.device, dst.device, time.perf_counter() - start)
         return None
 
 
@@ -94,7 +96,7 @@ class ExecItem:
         GlobalCounters.global_mem += self.runner.spec.mem
         if seconds is not None:
             GlobalCounters.time_sum_s += seconds
-            _print_kernel_line(self.runner, seconds)
+            kernel_ran(self.runner.device, self.runner.spec, seconds)
 
 
 # While TinyJit captures a function, every item that runs is also appended here.
@@ -108,29 +110,27 @@ def lower_item(item: ScheduleItem) -> ExecItem:
     return ExecItem(get_kernel(bufs[0].device, item.ast), bufs)
 
 
-def run_schedule(schedule: list[ScheduleItem]) -> None:
-    """Run each item in order: copies move bytes, kernels run compiled programs."""
+def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
+    """Run each item in order: copies move bytes, kernels run compiled programs. The buffers of `intermediates`
+    (BUFFER nodes nothing reads after this run) may share memory where their lifetimes don't overlap."""
+    items = []
     for item in schedule:
         if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy
             buffer_of(item.bufs[0]).ensure_allocated()
             continue
-        exec_item = lower_item(item)
+        items.append(lower_item(item))
+    if intermediates:
+        planned = {id(buffer_of(node)) for node in intermediates}
+        plan_memory(items, kept=lambda b: id(b) not in planned)
+    for exec_item in items:
         exec_item.run()
         for captured in capturing:
             captured.append(exec_item)
 
 
-def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
-    spec = kernel.spec
-    gflops = spec.ops / seconds / 1e9 if seconds > 0 else 0.0
-    gbs = spec.mem / seconds / 1e9 if seconds > 0 else 0.0
-    name = colored(f"{spec.name:<24}", "blue" if spec.name.startswith("E") else "red")
-    print(f"*** {kernel.device:<7} {GlobalCounters.kernel_count:4d} {name} tm {seconds * 1e6:9.2f}us "
-          f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")  # fmt: skip
-
-
 def timed_realize_summary(start: float, kernels_before: int) -> None:
     if DEBUG >= 1:
         ran = GlobalCounters.kernel_count - kernels_before
-        print(f"realize: {ran} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms, "
-              f"{GlobalCounters.mem_used / 1e6:.2f} MB in use")  # fmt: skip
+        used, peak = GlobalCounters.mem_used / 1e6, GlobalCounters.mem_peak / 1e6
+        ms = (time.perf_counter() - start) * 1e3
+        print(f"realize: {ran} kernels in {ms:.2f} ms, {used:.2f} MB in use, peak {peak:.2f} MB")

@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,13 @@ class _DeviceRegistry:
     def __init__(self):
         self._opened: dict[str, Compiled] = {}
         self._default: str | None = None
+        self._registered: dict[str, Callable[[str], Compiled]] = {}  # devices defined outside glassgrad/runtime
+
+    def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
+        """Add a device defined outside glassgrad: `Device["NAME"]` (or "NAME:1") then opens `factory(name)`."""
+        base = self.canonicalize(name).split(":")[0]
+        self._registered[base] = factory
+        self._opened = {k: v for k, v in self._opened.items() if k.split(":")[0] != base}  # reopen with the new one
 
     @staticmethod
     def canonicalize(name: str) -> str:
@@ -112,13 +120,19 @@ class _DeviceRegistry:
     def __getitem__(self, name: str) -> Compiled:
         name = self.canonicalize(name)
         if name not in self._opened:
-            base = name.split(":")[0]
-            try:
-                module = importlib.import_module(f"glassgrad.runtime.ops_{base.lower()}")
-            except ModuleNotFoundError:
-                raise ValueError(f"unknown device {name!r}; glassgrad has: {', '.join(available_devices())}") from None
-            self._opened[name] = getattr(module, f"{base.capitalize()}Device")(name)
+            self._opened[name] = self._factory(name)(name)
         return self._opened[name]
+
+    def _factory(self, name: str) -> Callable[[str], Compiled]:
+        """A registered device's factory, or the `<Name>Device` class of glassgrad/runtime/ops_<name>.py."""
+        base = name.split(":")[0]
+        if base in self._registered:
+            return self._registered[base]
+        try:
+            module = importlib.import_module(f"glassgrad.runtime.ops_{base.lower()}")
+        except ModuleNotFoundError:
+            raise ValueError(f"unknown device {name!r}; glassgrad has: {', '.join(available_devices())}") from None
+        return getattr(module, f"{base.capitalize()}Device")
 
     @property
     def DEFAULT(self) -> str:
@@ -133,7 +147,7 @@ class _DeviceRegistry:
 
 def available_devices() -> list[str]:
     here = pathlib.Path(__file__).parent
-    return sorted(p.stem[4:].upper() for p in here.glob("ops_*.py"))
+    return sorted({p.stem[4:].upper() for p in here.glob("ops_*.py")} | set(Device._registered))
 
 
 def _default_from_env() -> str:
@@ -149,11 +163,13 @@ Device = _DeviceRegistry()
 
 
 class Buffer:
-    """A span of device memory holding `size` elements of `dtype`; allocated on first use."""
+    """A span of device memory holding `size` elements of `dtype`; allocated on first use. A buffer the memory
+    planner placed in another's memory (`shares`) uses that one's allocation and owns none of its own."""
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
         self._handle: Any = None
+        self._base: Buffer | None = None
 
     @property
     def nbytes(self) -> int:
@@ -161,19 +177,28 @@ class Buffer:
 
     @property
     def allocated(self) -> bool:
-        return self._handle is not None
+        return self._handle is not None or (self._base is not None and self._base.allocated)
+
+    def shares(self, base: Buffer) -> Buffer:
+        """Use `base`'s memory from now on (the memory planner found their lifetimes don't overlap)."""
+        assert base.device == self.device and base.nbytes == self.nbytes, "shared memory must match in size"
+        self._free()
+        self._base = base._base or base
+        return self
 
     def ensure_allocated(self) -> Buffer:
-        if self._handle is None:
+        if self._base is not None:
+            self._base.ensure_allocated()
+        elif self._handle is None:
             from glassgrad.engine.counters import GlobalCounters
 
             self._handle = Device[self.device].allocator.alloc(self.nbytes)
-            GlobalCounters.mem_used += self.nbytes
+            GlobalCounters.add_memory(self.nbytes)
         return self
 
     @property
     def handle(self) -> Any:
-        return self.ensure_allocated()._handle
+        return self._base.handle if self._base is not None else self.ensure_allocated()._handle
 
     def copyin(self, data: memoryview | bytes | bytearray) -> Buffer:
         data = memoryview(data).cast("B")
@@ -196,15 +221,19 @@ class Buffer:
             Device[self.device].allocator.copyout(memoryview(out), self.handle)
         return out
 
-    def __del__(self):
+    def _free(self) -> None:
         if self._handle is not None:
-            try:
-                from glassgrad.engine.counters import GlobalCounters
+            from glassgrad.engine.counters import GlobalCounters
 
-                GlobalCounters.mem_used -= self.nbytes
-                Device[self.device].allocator.free(self._handle, self.nbytes)
-            except Exception:  # interpreter shutdown: modules may already be gone
-                pass
+            GlobalCounters.mem_used -= self.nbytes
+            Device[self.device].allocator.free(self._handle, self.nbytes)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self._free()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.size} {self.dtype}>"

@@ -166,8 +166,19 @@ class PatternMatcher:
         return None
 
 
+# VIZ=1 sets this to glassgrad/viz's recorder, which notes each call and each rule that fires (uop/ can't import viz).
+rewrite_tracer: Callable[[UOp, PatternMatcher, Any], UOp] | None = None
+
+
 def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
     """Rewrite a graph bottom-up: sources first, then each node until no rule applies (a fixed point)."""
+    if rewrite_tracer is not None:
+        return rewrite_tracer(root, matcher, ctx)
+    return rewrite_to_fixed_point(root, matcher, ctx)
+
+
+def rewrite_to_fixed_point(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
+    """graph_rewrite's work, untraced."""
     done: dict[UOp, UOp] = {}
     # stack entries: (node, stage, replacement). stage 0: visit sources; 1: rebuild and match; 2: adopt replacement
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
