@@ -8,8 +8,10 @@ import numpy as np
 
 from glassgrad import Tensor, dtypes
 from glassgrad.dtype import DType
+from glassgrad.helpers import getenv
 
-DEVICES = ("CPU", "PYTHON")
+# the devices the API tests run on; CUDA=1 adds the GPU (and makes it the default device)
+DEVICES = ("CPU", "PYTHON") + (("CUDA",) if getenv("CUDA", 0) else ())
 
 # The ways an input can be laid out in memory; every one but "contiguous" reads through a non-trivial view.
 LAYOUTS = ("contiguous", "transposed", "strided", "flipped", "expanded")

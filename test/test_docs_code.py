@@ -172,7 +172,7 @@ def run_console(name: str, block: Block) -> None:
             commands.append((block.line + i, line[2:], []))
         elif commands:
             commands[-1][2].append(line)
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOOPT", "DEV", "CPU", "PYTHON", "JIT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOOPT", "DEV", "CPU", "PYTHON", "CUDA", "JIT")}
     with tempfile.TemporaryDirectory(prefix="glassgrad-docs-") as bin_dir:
         python = pathlib.Path(bin_dir, "python")  # `python` in a command is the interpreter running the tests
         python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')

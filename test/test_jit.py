@@ -12,15 +12,15 @@ import pytest
 
 import glassgrad.schedule
 import glassgrad.tensor
-from glassgrad import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from glassgrad import Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
 from glassgrad.engine.realize import CompiledKernel
 from glassgrad.nn.state import get_parameters
 
 CALLS = 6  # eager first call, capture, then replays
 
 
-def fresh(*shape: int, seed: int, device: str = "CPU") -> Tensor:
-    """A realized tensor of random float32 values."""
+def fresh(*shape: int, seed: int, device: str | None = None) -> Tensor:
+    """A realized tensor of random float32 values, on the default device unless `device` says otherwise."""
     array = np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
     return Tensor(array, device=device).realize()
 
@@ -169,7 +169,7 @@ CHANGED_CALLS = {
         (lambda: Tensor.ones(2, 3, dtype=dtypes.int32).contiguous().realize(), 2),
         ["argument 0", "float", "int"],
     ),
-    "device": ((lambda: fresh(2, 3, seed=9, device="PYTHON"), 2), ["argument 0", "on CPU", "on PYTHON"]),
+    "device": ((lambda: fresh(2, 3, seed=9, device="PYTHON"), 2), ["argument 0", f"on {Device.DEFAULT}", "on PYTHON"]),
     "not_a_tensor": ((lambda: np.ones((2, 3), np.float32), 2), ["argument 0", "a Tensor of shape (2, 3)", "ndarray"]),
     "scalar_value": ((lambda: fresh(2, 3, seed=9), 3), ["argument 1", "int 2", "int 3"]),
     "scalar_type": ((lambda: fresh(2, 3, seed=9), 2.0), ["argument 1", "int 2", "float 2.0"]),

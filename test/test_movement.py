@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glassgrad import Tensor, dtypes
-from helpers import DEVICES, LAYOUTS, assert_matches, check
+from helpers import DEVICES, LAYOUTS, assert_matches, check, make_input
 
 
 def _same(fn):
@@ -302,3 +302,16 @@ def test_random_movement_sequences_match_numpy(device, data, shape):
         array, tensor = theirs(array), ours(tensor)
         assert tensor.shape == array.shape, f"after {description}"
     assert_matches(tensor, array)
+
+
+# ---- views crossing devices ----
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_view_moved_to_another_device_keeps_its_values(device, layout):
+    array, tensor = make_input((3, 4), device, layout=layout)  # a realized buffer seen through a view
+    pending = Tensor(np.ascontiguousarray(array.T), device=device).T  # a view of data not on the device yet
+    for other in DEVICES:
+        for ours, theirs in [(tensor, array), (pending, array), (tensor + 1, array + 1)]:
+            assert_matches(ours.to(other), theirs)
+            assert_matches(ours[1:, ::-1].to(other), theirs[1:, ::-1])

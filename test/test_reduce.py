@@ -155,3 +155,16 @@ def test_reduce_of_expanded_input(device):
 def test_sum_of_many_elements_in_float32(device):
     n = 10_000 if device == "CPU" else 300
     check([(n,)], Tensor.sum, np.sum, device, low=0, high=1, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+@pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "prod"])
+def test_16_bit_float_reductions_match_torch(device, dtype, name):
+    import torch
+
+    values = np.random.default_rng(3).uniform(0.5, 1.5, (6, 29)).astype(np.float32)  # no cancellation
+    ours = getattr(Tensor(values, device=device).cast(dtype), name)(axis=1)
+    theirs = getattr(torch.from_numpy(values).to(getattr(torch, dtype.name)), name)(1)
+    theirs = theirs.values if name in ("max", "min") else theirs
+    assert ours.dtype == dtype
+    np.testing.assert_allclose(ours.cast(dtypes.float32).numpy(), theirs.float().numpy(), rtol=2e-2)

@@ -175,9 +175,10 @@ def test_consecutive_draws_differ(device, name):
 
 
 @pytest.mark.parametrize("name", RANDOM)
-def test_random_values_agree_between_cpu_and_python(name):
-    cpu, python = (_draw(RANDOM[name], 1234, 3, 4, device=d) for d in DEVICES)
-    np.testing.assert_array_equal(cpu, python)
+def test_random_values_agree_between_devices(name):
+    first, *others = (_draw(RANDOM[name], 1234, 3, 4, device=d) for d in DEVICES)
+    for other in others:
+        np.testing.assert_array_equal(first, other)
 
 
 def test_random_dtypes_and_shapes(device):

@@ -45,7 +45,7 @@ def check_op(
     rtol: float = 1e-5,
     grad_atol: float | None = None,
     grad_rtol: float | None = None,
-    device: str = "CPU",
+    device: str | None = None,  # the default device
     seed: int = 0,
     inputs: Sequence[np.ndarray] | None = None,
 ) -> None:

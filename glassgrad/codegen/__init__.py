@@ -23,10 +23,11 @@ class ProgramSpec:
     name: str
     src: str
     program: tuple[UOp, ...]
-    global_size: tuple[int, ...] | None  # the size of the loop threads may split; None: the kernel has none
+    global_size: tuple[int, ...] | None  # the work threads may split (Renderer.launch_size); None: the kernel has none
     ops: int
     mem: int
     opts: tuple[Opt, ...] = ()
+    local_size: tuple[int, ...] | None = None  # threads sharing one global index (Renderer.launch_size)
 
 
 def choose_opts(ast: UOp) -> tuple[Opt, ...]:
@@ -90,5 +91,6 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     name = kernel_name(ast)
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, len(ast.src[0].src[1].arg.shape))
-    global_size = (outer.src[0].arg,) if outer is not None else None
-    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts)
+    global_size, local_size = renderer.launch_size(program, outer)
+    return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts,
+                       local_size)  # fmt: skip

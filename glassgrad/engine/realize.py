@@ -37,7 +37,9 @@ class CompiledKernel:
         self.device, self.spec, self.program = device, spec, program
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
-        return self.program(*(b.handle for b in bufs), global_size=self.spec.global_size, wait=wait)
+        spec = self.spec
+        return self.program(*(b.handle for b in bufs), global_size=spec.global_size, local_size=spec.local_size,
+                            wait=wait)  # fmt: skip
 
 
 _kernels: dict[tuple[str, UOp], CompiledKernel] = {}
@@ -67,12 +69,12 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
 
 
 class CopyRunner:
-    """Moves a buffer's bytes to a buffer on another device (through the host)."""
+    """Moves a buffer's bytes to a buffer on another device (directly where the devices can, else via the host)."""
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
         dst, src = bufs
         start = time.perf_counter()
-        dst.copyin(src.as_bytes())
+        dst.copy_from(src)
         copy_ran(dst.nbytes, src.device, dst.device, time.perf_counter() - start)
         return None
 

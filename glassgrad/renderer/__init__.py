@@ -17,6 +17,11 @@ class Renderer:
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
 
+    def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
+        """The global size (by default the outer loop's length; None without one) and the local size (threads that
+        work together on one global index, a GPU's block; None: one thread each), in the device's own terms."""
+        return ((outer_loop.src[0].arg,) if outer_loop is not None else None), None
+
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         """Source text for the program; `outer_loop`, if given, is a loop whose iterations are independent."""
         raise NotImplementedError

@@ -28,9 +28,15 @@ def _compare_in_float(x: UOp) -> UOp | None:
     return x.replace(src=tuple(s.cast(dtypes.float32) if s.dtype in SMALL_FLOATS else s for s in x.src))
 
 
+def _reduce_in_float(x: UOp) -> UOp:
+    """A half or bfloat16 reduction accumulates in float32 and rounds once at the end (as PyTorch does)."""
+    return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32), *x.src[1:]), x.arg).cast(x.dtype)
+
+
 small_float_math = PatternMatcher([
     (UPat(GroupOp.ALU - GroupOp.Comparison, dtype=SMALL_FLOATS, name="x"), _compute_in_float),
     (UPat(GroupOp.Comparison, name="x"), _compare_in_float),
+    (UPat(Ops.REDUCE, dtype=SMALL_FLOATS, name="x"), _reduce_in_float),
 ])  # fmt: skip
 
 
@@ -40,6 +46,7 @@ class CStyleRenderer(Renderer):
     kernel_prefix = "void"
     buffer_prefix = ""
     split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
+    outer_loop_params: tuple[str, ...] = ("int start", "int end")  # the kernel's arguments that bound it
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -178,7 +185,7 @@ class CKernelWriter:
         for u in self.program:
             handlers.get(u.op, self.alu)(u)
         if self.outer_loop is not None:
-            self.params += ["int start", "int end"]
+            self.params += self.r.outer_loop_params
         return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
 
     def define_global(self, u: UOp) -> None:

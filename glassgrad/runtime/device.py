@@ -29,6 +29,10 @@ class Allocator:
     def copyout(self, dest: memoryview, src: Any) -> None:
         raise NotImplementedError
 
+    def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+        """Copy from another allocator's memory without the host in between; False where this device can't."""
+        return False
+
 
 class Compiler:
     """Turns source text into a loadable binary; results are cached on disk by a hash of source and flags."""
@@ -201,6 +205,13 @@ class Buffer:
         if data.nbytes != self.nbytes:
             raise ValueError(f"copyin: got {data.nbytes} bytes for a buffer of {self.nbytes}")
         Device[self.device].allocator.copyin(self.handle, data)
+        return self
+
+    def copy_from(self, src: Buffer) -> Buffer:
+        """Take `src`'s contents: straight between devices that can (GPU to GPU), else through the host."""
+        allocator, src_allocator = Device[self.device].allocator, Device[src.device].allocator
+        if not allocator.transfer(self.handle, src.handle, self.nbytes, src_allocator):
+            self.copyin(src.as_bytes())
         return self
 
     def as_bytes(self) -> bytearray:

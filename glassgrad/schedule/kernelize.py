@@ -50,8 +50,9 @@ def is_view_of_buffer(node: UOp) -> bool:
 
 
 def _is_whole_buffer(node: UOp) -> bool:
-    """A node that is exactly a realized buffer's data in order (a COPY can move it as it is)."""
-    return is_view_of_buffer(node) and chain_view(node).contiguous and node.size == node.base.size
+    """A node that is exactly a buffer's data in order, realized or about to be (a COPY can move it as it is)."""
+    has_buffer = is_realized(node.base) or node.base.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN)
+    return has_buffer and chain_view(node).contiguous and node.size == node.base.size
 
 
 def _grows(node: UOp) -> bool:
@@ -78,7 +79,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             add(node)
         if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]):
-            add(node.src[0])
+            points[node.src[0]] = None  # a COPY moves whole buffers: a view of one (x.T) is made contiguous first
         if node.op is Ops.ASSIGN and _reads_target_elsewhere(node):
             add(node.src[1])
     # Reductions that would be recomputed when fused get their own buffer; repeat until nothing changes.

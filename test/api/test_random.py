@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from glassgrad import Tensor, dtypes
+from helpers import DEVICES
 
 N = 100_000  # samples for the statistical checks: a mean is then good to about 1/sqrt(N) = 0.003 standard deviations
 
@@ -68,11 +69,12 @@ SAME_ON_EVERY_DEVICE = {
 
 
 @pytest.mark.parametrize("name", SAME_ON_EVERY_DEVICE)
-def test_the_same_seed_gives_the_same_bits_on_cpu_and_python(name):
+def test_the_same_seed_gives_the_same_bits_on_every_device(name):
     Tensor.manual_seed(7)
     cpu = SAME_ON_EVERY_DEVICE[name]("CPU").numpy()
-    Tensor.manual_seed(7)
-    np.testing.assert_array_equal(SAME_ON_EVERY_DEVICE[name]("PYTHON").numpy(), cpu)
+    for device in DEVICES[1:]:
+        Tensor.manual_seed(7)
+        np.testing.assert_array_equal(SAME_ON_EVERY_DEVICE[name](device).numpy(), cpu)
 
 
 @pytest.mark.parametrize("dtype, bits", [(dtypes.float32, 24), (dtypes.float16, 11), (dtypes.bfloat16, 8),

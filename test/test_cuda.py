@@ -1,0 +1,298 @@
+"""The CUDA device: memory, copies, launches, driver errors, devices meeting, half and bfloat16 on the GPU.
+
+The renderer's and the library search's tests run everywhere; the rest need a GPU and skip, saying why, where
+CUDA is unavailable (as on CI).
+"""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from glassgrad import Device, Tensor, dtypes
+from glassgrad.codegen import get_program
+from glassgrad.renderer.cuda import GROUP_THREADS, CUDARenderer, float_to_half_bits
+from glassgrad.runtime import ops_cuda
+from glassgrad.runtime.device import Buffer
+from glassgrad.runtime.ops_cuda import CUDAError, CUDAUnavailable
+from helpers import assert_matches, random_array
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cuda_missing() -> str | None:
+    try:
+        Device["CUDA"]
+    except CUDAUnavailable as e:
+        return str(e)
+    return None
+
+
+MISSING = _cuda_missing()
+needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+
+
+def _kernels(t: Tensor) -> list:
+    return [get_program(item.ast, CUDARenderer()) for item in t.schedule() if item.ast.op.name == "SINK"]
+
+
+# ---- everywhere: the renderer, the library search, the default device ----
+
+
+def test_outer_output_loop_is_the_grid():
+    x = Tensor(np.arange(1000, dtype=np.float32), device="CPU").realize()
+    (spec,) = _kernels(x.reshape(10, 100).sum(axis=1) * 2)
+    assert spec.global_size == (10,)
+    assert 'extern "C" __global__ void' in spec.src
+    assert "int gidx = blockIdx.x*blockDim.x+threadIdx.x; int ridx0 = gidx; if (gidx < 10) {" in spec.src
+    assert "for (int ridx1 = 0;" in spec.src  # the reduction stays a loop inside each thread
+    assert "start" not in spec.src and "end" not in spec.src
+
+
+def test_nested_output_loops_share_one_grid():
+    x = Tensor(np.ones((4, 5, 6), np.float32), device="CPU").realize()
+    (spec,) = _kernels(x.permute(2, 0, 1) + 1)
+    assert spec.global_size == (120,) and spec.local_size is None
+    assert "int ridx0 = (gidx/20);" in spec.src and "int ridx1 = ((gidx/5)%4); {" in spec.src
+    assert "int ridx2 = (gidx%5); {" in spec.src and "for (" not in spec.src
+
+
+def test_a_short_outer_loop_gets_a_block_of_threads_per_iteration():
+    x = Tensor(np.ones((20, 3000), np.float32), device="CPU").realize()
+    (whole,) = _kernels(x.sum())
+    assert whole.global_size is None and whole.local_size == (GROUP_THREADS,)
+    assert re.search(r"for \(int (ridx\d+) = threadIdx.x; \1 < \d+; \1 \+= blockDim.x\)", whole.src)
+    assert "__syncthreads();" in whole.src and "if (threadIdx.x == 0) {" in whole.src
+    (rows,) = _kernels(x.max(axis=1))
+    assert rows.global_size == (20,) and rows.local_size == (GROUP_THREADS,)
+    assert "int gidx = blockIdx.x; int ridx0 = gidx; if (gidx < 20) {" in rows.src
+
+
+def test_a_long_outer_loop_or_a_short_reduction_keeps_a_thread_per_iteration():
+    x = Tensor(np.ones((9000, 200), np.float32), device="CPU").realize()
+    for t in (x.sum(axis=1), x[:, :5].sum(axis=1), x[:100, :100].sum(axis=1)):
+        (spec,) = _kernels(t)
+        assert spec.local_size is None and "__syncthreads" not in spec.src
+
+
+def test_half_and_bfloat16_are_their_bits_with_ptx_conversions():
+    x = Tensor(np.ones(5, dtype=np.float16), device="CPU").realize()
+    (spec,) = _kernels((x * 1.5).cast(dtypes.bfloat16))
+    assert "cvt.rn.f16.f32" in spec.src and "gg_f2bf" in spec.src
+    assert f"((unsigned short){float_to_half_bits(1.5)})" in spec.src
+    assert "#include" not in spec.src  # NVRTC needs no toolkit header
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.0, -2.5, 65504.0, 65520.0, -1e9, 6e-8, float("inf"), float("-inf")])
+def test_half_constant_bits_match_numpy(value):
+    with np.errstate(over="ignore"):  # 65520 and -1e9 round to infinity
+        assert float_to_half_bits(value) == int(np.array(value, dtype=np.float16).view(np.uint16))
+
+
+def test_half_constant_nan_is_a_quiet_nan():
+    assert np.isnan(np.array(float_to_half_bits(float("nan")), dtype=np.uint16).view(np.float16))
+
+
+def test_missing_library_says_what_was_looked_for(monkeypatch, tmp_path):
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    message = r"CUDA is unavailable: the driver \(libcuda.so\) was not found; looked in the loader's cache \(ldconfig\)"
+    with pytest.raises(CUDAUnavailable, match=rf"{message} and in {tmp_path}"):
+        ops_cuda._open_library("the driver", ["cuda"], [str(tmp_path)])
+
+
+def test_a_library_that_does_not_load_is_named(monkeypatch, tmp_path):
+    (tmp_path / "libcuda.so.1").write_bytes(b"not a library")
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    with pytest.raises(CUDAUnavailable, match=rf"could not load {tmp_path / 'libcuda.so.1'}"):
+        ops_cuda._open_library("the driver", ["cuda"], [str(tmp_path)])
+
+
+def test_cpu_stays_the_default_without_cuda_1():
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA", "DEV", "CPU", "PYTHON")}
+    code = "from glassgrad import Device; print(Device.DEFAULT)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env | {"PYTHONPATH": REPO})
+    assert done.stdout.strip() == "CPU", done.stderr
+
+
+def test_cuda_1_makes_cuda_the_default():
+    env = {k: v for k, v in os.environ.items() if k not in ("DEV", "CPU", "PYTHON")}
+    code = "from glassgrad import Device; print(Device.DEFAULT)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env | {"PYTHONPATH": REPO, "CUDA": "1"})  # fmt: skip
+    assert done.stdout.strip() == "CUDA", done.stderr
+
+
+def test_without_a_gpu_opening_cuda_says_why():
+    if MISSING is None:
+        assert Device["CUDA"].name == "CUDA"
+    else:
+        assert MISSING.startswith("CUDA is unavailable: ")
+        with pytest.raises(CUDAUnavailable, match="CUDA is unavailable"):
+            Tensor([1.0], device="CUDA")
+
+
+# ---- on a GPU ----
+
+
+@needs_gpu
+@pytest.mark.parametrize("nbytes", [1, 3, 4096, 1 << 20, (1 << 20) + 7])
+def test_copy_round_trip(nbytes):
+    data = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    buf = Buffer("CUDA", nbytes, dtypes.uint8).copyin(data)
+    assert bytes(buf.as_bytes()) == data
+    other = Buffer("CUDA", nbytes, dtypes.uint8).copy_from(buf)  # device to device, no host in between
+    assert bytes(other.as_bytes()) == data
+
+
+@needs_gpu
+def test_copy_between_gpus_when_there_are_two(monkeypatch):
+    count = ops_cuda.init_driver()
+    devices = ["CUDA"] + [f"CUDA:{i}" for i in range(1, count)]
+    data = np.arange(1000, dtype=np.float32)
+    t = Tensor(data, device=devices[-1]).realize()  # the last GPU (the first, where there is one)
+    for device in devices:
+        t = t.to(device) * 2 + 1  # straight from the other GPU's memory, then a kernel on this one
+        with monkeypatch.context() as m:
+            m.setattr(Buffer, "as_bytes", lambda self: pytest.fail("a copy between GPUs went through the host"))
+            t.realize()
+        assert t.device == device
+        data = data * 2 + 1
+    np.testing.assert_array_equal(t.to(devices[0]).numpy(), data)
+    np.testing.assert_array_equal(t.to("CPU").numpy(), data)
+
+
+@needs_gpu
+def test_a_device_that_does_not_exist_says_how_many_there_are():
+    count = ops_cuda.init_driver()
+    with pytest.raises(CUDAError, match=rf"device CUDA:{count + 3} does not exist: the driver sees {count} CUDA"):
+        Device[f"CUDA:{count + 3}"]
+
+
+@needs_gpu
+def test_launch_computes_an_elementwise_kernel_over_many_blocks():
+    n = 10 * ops_cuda.BLOCK_SIZE + 7  # a partial last block: threads past the end must not write
+    a, b = random_array((n,), seed=1), random_array((n,), seed=2)
+    assert_matches(Tensor(a, device="CUDA") * Tensor(b, device="CUDA") + 1, a * b + 1)
+
+
+@needs_gpu
+def test_program_timed_with_events_returns_seconds():
+    x = Tensor(random_array((4096,)), device="CUDA").realize()
+    (item,) = [i for i in (x * 2).schedule() if i.ast.op.name == "SINK"]
+    from glassgrad.engine.realize import lower_item
+
+    exec_item = lower_item(item)
+    seconds = exec_item.runner([b.ensure_allocated() for b in exec_item.bufs], wait=True)
+    assert 0 < seconds < 1
+
+
+@needs_gpu
+def test_driver_errors_carry_the_drivers_message():
+    with pytest.raises(CUDAError, match=r"cuModuleLoadData failed: CUDA_ERROR_\w+ \(\d+\): .+"):
+        ops_cuda.CUDAProgram(Device["CUDA"], "nothing", b"this is no cubin")
+    with pytest.raises(CUDAError, match=r"cuMemcpyDtoH_v2 failed: CUDA_ERROR_INVALID_VALUE \(1\): invalid argument"):
+        Device["CUDA"].allocator.copyout(memoryview(bytearray(4)), 0)  # no memory at address 0
+
+
+@needs_gpu
+def test_compile_errors_carry_nvrtc_log_and_source():
+    with pytest.raises(CUDAError, match=r"(?s)nvrtc compiling a kernel failed: .*undefined.*--- source ---.*oops"):
+        Device["CUDA"].compiler.compile('extern "C" __global__ void k() { oops(); }')
+
+
+@needs_gpu
+def test_to_and_back():
+    data = random_array((3, 5))
+    t = Tensor(data, device="CPU").to("cuda")
+    assert t.device == "CUDA"
+    np.testing.assert_array_equal((t + 0).to("CPU").numpy(), data)
+    np.testing.assert_array_equal(t.T.to("PYTHON").numpy(), data.T)
+
+
+@needs_gpu
+@pytest.mark.parametrize("other", ["CPU", "PYTHON"])
+def test_mixing_devices_names_both(other):
+    with pytest.raises(ValueError, match=rf"mul: tensors are on different devices: CUDA and {other}"):
+        Tensor([1.0], device="CUDA") * Tensor([1.0], device=other)
+    with pytest.raises(ValueError, match=rf"add: tensors are on different devices: {other} and CUDA"):
+        Tensor([1.0], device=other) + Tensor([1.0], device="CUDA")
+
+
+SMALL_FLOATS = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", SMALL_FLOATS)
+def test_small_floats_compute_like_pytorch(dtype):
+    a = torch.randn(37, 29, generator=torch.Generator().manual_seed(0)) * 10
+    b = torch.randn(29, generator=torch.Generator().manual_seed(1))
+    ta, tb = (Tensor(x.numpy(), device="CUDA").cast(dtype) for x in (a, b))
+    ra, rb = a.to(SMALL_FLOATS[dtype]), b.to(SMALL_FLOATS[dtype])
+    for ours, theirs in [(ta * tb + 1, ra * rb + 1), (ta.max(axis=1), ra.amax(1)), ((ta / 8).exp(), (ra / 8).exp()),
+                         (ta.cast(dtypes.float32), ra.float()), (ta.sqrt(), ra.sqrt())]:  # fmt: skip
+        got = torch.from_numpy(ours.cast(dtypes.float32).numpy())
+        torch.testing.assert_close(got, theirs.float(), equal_nan=True, rtol=1e-2, atol=1e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("src", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.int32,
+                                 dtypes.int64, dtypes.bool])  # fmt: skip
+@pytest.mark.parametrize("dst", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.int32, dtypes.bool])
+def test_casts_match_the_cpu(src, dst):
+    values = np.array([0.0, -0.0, 1.0, -2.5, 3.75, 100.0, 1e-3, 65504.0, -7.0, 0.5], dtype=np.float64)
+    if src == dtypes.bool:
+        values = values != 0
+    x = Tensor(values, device="CPU").cast(src).realize()
+    expected = x.cast(dst).numpy()
+    np.testing.assert_array_equal(x.to("CUDA").cast(dst).numpy(), expected)  # bfloat16 arrives as float32
+
+
+@needs_gpu
+def test_half_nan_inf_and_bitcast():
+    x = Tensor(np.array([np.nan, np.inf, -np.inf, 1.0], dtype=np.float32), device="CUDA")
+    h = x.cast(dtypes.float16)
+    np.testing.assert_array_equal(h.isnan().numpy(), [True, False, False, False])
+    np.testing.assert_array_equal(h.isinf().numpy(), [False, True, True, False])
+    np.testing.assert_array_equal(
+        h[1:].bitcast(dtypes.int16).numpy(), np.array([np.inf, -np.inf, 1.0], np.float16).view(np.int16)
+    )
+    np.testing.assert_array_equal(
+        x.bitcast(dtypes.uint32).numpy()[1:], np.array([np.inf, -np.inf, 1.0], np.float32).view(np.uint32)
+    )
+
+
+REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "mean": np.mean}
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(1,), (255,), (256,), (257,), (100_003,), (3, 1000), (700, 129), (40, 2, 333)])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_shared_by_a_block_match_numpy(shape, name):
+    low, high = (0.9, 1.1) if name == "prod" else (-3, 3)
+    data = random_array(shape, low=low, high=high, seed=len(shape))
+    t = Tensor(data, device="CUDA")
+    for axis in (None, -1):
+        # float32 sums of 100k terms round differently in any other order: allow for it
+        assert_matches(getattr(t, name)(axis=axis), REDUCTIONS[name](data, axis=axis), rtol=1e-4, atol=1e-3)
+
+
+@needs_gpu
+def test_shared_reductions_of_ints_bools_nan_and_several_accumulators():
+    ints = random_array((5, 4000), dtypes.int32, -1000, 1000)
+    assert_matches(Tensor(ints, device="CUDA").sum(axis=1), ints.sum(axis=1), dtypes.int32)
+    flags = np.zeros((3, 5000), bool)
+    flags[1, 4321] = True
+    assert_matches(Tensor(flags, device="CUDA").max(axis=1), flags.max(axis=1))
+    with_nan = random_array((4, 3000), seed=5)
+    with_nan[2, 2999] = np.nan
+    assert_matches(Tensor(with_nan, device="CUDA").max(axis=1), with_nan.max(axis=1))
+    a, b = random_array((4, 3000), seed=6), random_array((3000, 3), seed=7)
+    assert_matches(Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), a @ b, rtol=1e-4, atol=1e-4)
+    x = random_array((6, 5000), dtypes.float64, seed=8)
+    t = Tensor(x, device="CUDA")
+    assert_matches((t - t.mean(axis=1, keepdim=True)).square().mean(axis=1), x.var(axis=1), rtol=1e-9)
