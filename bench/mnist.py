@@ -67,21 +67,27 @@ def time_steps(step: Callable[[np.ndarray], float], batches: np.ndarray) -> tupl
     return times, loss
 
 
+def torch_model():
+    """examples/beautiful_mnist.py's network as a torch.nn.Sequential."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.BatchNorm2d(64), nn.MaxPool2d(2),
+        nn.Flatten(1), nn.Linear(576, 10),
+    )  # fmt: skip
+
+
 def run_torch(data, batches: np.ndarray) -> Result:
     """PyTorch eager on the CPU: an nn.Sequential of the same layers, torch.optim.Adam."""
     import torch
     import torch.nn.functional as F
-    from torch import nn
 
     start = time.perf_counter()
     torch.manual_seed(SEED)
     x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in data)
     x_train, x_test, y_train, y_test = x_train.float() / 255.0, x_test.float() / 255.0, y_train.long(), y_test.long()
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.BatchNorm2d(64), nn.MaxPool2d(2),
-        nn.Flatten(1), nn.Linear(576, 10),
-    )  # fmt: skip
+    model = torch_model()
     optimizer = torch.optim.Adam(model.parameters())
 
     def step(indices: np.ndarray) -> float:

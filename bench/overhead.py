@@ -29,22 +29,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from bench.common import header  # noqa: E402
+from bench.common import header, median_seconds  # noqa: E402
 
 BS, STEPS = int(os.environ.get("BS", 16)), int(os.environ.get("STEPS", 16))
 FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
 
 
-def median_us(fn, repeats: int = 300) -> float:
+def median_us(fn) -> float:
     """Median microseconds of fn() after a warm-up."""
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return median_seconds(fn, repeats=300, warmup=20) * 1e6
 
 
 def mnist_like(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +105,8 @@ def measure_torch() -> dict[str, float]:
     """(a) and the eager step for PyTorch: it has no graph to schedule, so its whole step is kernels and dispatch."""
     import torch
     import torch.nn.functional as F
-    from torch import nn
+
+    from bench.mnist import torch_model
 
     a, b = torch.arange(10, dtype=torch.float32), torch.ones(10)
     add_us = median_us(lambda: a + b)
@@ -120,11 +114,7 @@ def measure_torch() -> dict[str, float]:
     images, labels = mnist_like(rng)
     torch.manual_seed(0)
     X, Y = torch.from_numpy(images), torch.from_numpy(labels).long()
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.BatchNorm2d(64), nn.MaxPool2d(2),
-        nn.Flatten(1), nn.Linear(576, 10),
-    )  # fmt: skip
+    model = torch_model()
     optimizer = torch.optim.Adam(model.parameters())
 
     def step(samples):
