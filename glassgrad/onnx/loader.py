@@ -80,8 +80,8 @@ def _numpy_to_tensor(array, dtype: DType, device: str) -> Tensor:
     import numpy as np
 
     if dtype == dtypes.bfloat16:  # NumPy has no bfloat16: carry the bits and reinterpret them
-        return Tensor(np.ascontiguousarray(array).view(np.uint16), device=device).bitcast(dtypes.bfloat16)
-    return Tensor(np.ascontiguousarray(array), device=device)
+        return Tensor(np.asarray(array).view(np.uint16), device=device).bitcast(dtypes.bfloat16)
+    return Tensor(np.asarray(array), device=device)
 
 
 def tensor_from_proto(proto, device: str) -> Tensor:
@@ -107,7 +107,7 @@ def array_to_tensor(value: Any, device: str) -> Tensor:
     array = np.asarray(value)
     if array.dtype.name == "bfloat16":
         return _numpy_to_tensor(array, dtypes.bfloat16, device)
-    return Tensor(np.ascontiguousarray(array), device=device)
+    return Tensor(array, device=device)
 
 
 def attribute_value(attr, device: str) -> Any:

@@ -37,7 +37,8 @@ def einsum(ctx: OpContext, *operands: Tensor, equation: str) -> Tensor:
 
 
 def _spatial_pads(ctx: OpContext, sizes: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
-                  dilations: tuple[int, ...], pads: tuple[int, ...] | None, auto_pad: str) -> list[tuple[int, int]]:  # fmt: skip
+                  dilations: tuple[int, ...], pads: tuple[int, ...] | None,
+                  auto_pad: str) -> list[tuple[int, int]]:  # fmt: skip
     """(begin, end) padding of each spatial axis from `pads` or `auto_pad` (SAME_* pads to ceil(n / stride))."""
     nd = len(sizes)
     if auto_pad in ("NOTSET", ""):
@@ -98,20 +99,28 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
     dilations = tuple(dilations or (1,) * nd)
     extra = tuple(output_padding or (0,) * nd)
     full = [(n - 1) * s + (k - 1) * d + 1 + e for n, k, s, d, e in zip(sizes, kernel, strides, dilations, extra)]
-    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    if pads is None and (output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER")):
+        # the padding that gives output_shape (default: input * stride), split as the reference splits it
         want = list(output_shape)[-nd:] if output_shape is not None else [n * s for n, s in zip(sizes, strides)]
         totals = [f - o for f, o in zip(full, want)]
-        upper = auto_pad != "SAME_LOWER"
-        pairs = [(t // 2, t - t // 2) if upper else (t - t // 2, t // 2) for t in totals]
-    elif auto_pad == "VALID" or pads is None:
-        pairs = [(0, 0)] * nd
+        begins = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
     else:
-        pairs = [(pads[i], pads[i + nd]) for i in range(nd)]
+        pads = (0,) * (2 * nd) if pads is None or auto_pad == "VALID" else pads
+        begins = list(pads[:nd])
+        want = list(output_shape)[-nd:] if output_shape is not None else \
+            [f - pads[i] - pads[i + nd] for i, f in enumerate(full)]  # fmt: skip
     transpose_nd = (Tensor.conv_transpose1d, Tensor.conv_transpose2d, Tensor.conv_transpose3d)[nd - 1]
     y = transpose_nd(x, w, None, strides, 0, 0, group, dilations)
-    y = _pad_spatial(y, [(0, e) for e in extra])
-    y = y[(slice(None), slice(None), *(slice(p, f - q) for (p, q), f in zip(pairs, full)))]
+    y = _window(y, begins, want)
     return y if b is None else y + b.reshape(-1, *(1,) * nd)
+
+
+def _window(y: Tensor, begins: list[int], lengths: list[int]) -> Tensor:
+    """The spatial window [begin, begin + length) of each axis of y, zeros where it reaches past y's edges."""
+    pairs = [(max(-b, 0), max(b + n - s, 0)) for b, n, s in zip(begins, lengths, y.shape[2:])]
+    y = _pad_spatial(y, pairs)
+    starts = [max(b, 0) for b in begins]
+    return y[(slice(None), slice(None), *(slice(s, s + n) for s, n in zip(starts, lengths)))]
 
 
 # ---- pooling ----
@@ -205,14 +214,14 @@ def max_unpool(ctx: OpContext, x: Tensor, indices: Tensor, output_shape: Tensor 
     nd = len(kernel_shape)
     strides = tuple(strides or (1,) * nd)
     pads = tuple(pads or (0,) * (2 * nd))
-    if output_shape is not None:
-        shape = tuple(ctx.ints(output_shape))
-    else:
-        spatial = [(n - 1) * s + k - pads[i] - pads[i + nd]
-                   for i, (n, s, k) in enumerate(zip(x.shape[2:], strides, kernel_shape))]  # fmt: skip
-        shape = (*x.shape[:2], *spatial)
+    spatial = [(n - 1) * s + k - pads[i] - pads[i + nd]
+               for i, (n, s, k) in enumerate(zip(x.shape[2:], strides, kernel_shape))]  # fmt: skip
+    shape = (*x.shape[:2], *spatial)
     flat = Tensor.zeros(prod(shape), dtype=x.dtype, device=x.device)
-    return flat.scatter(0, indices.flatten(), x.flatten()).reshape(shape)
+    y = flat.scatter(0, indices.flatten(), x.flatten()).reshape(shape)
+    if output_shape is None:
+        return y
+    return _window(y, [0] * nd, ctx.ints(output_shape)[2:])  # a larger output_shape: zeros after
 
 
 # ---- normalization ----
@@ -291,7 +300,7 @@ def rms_normalization(ctx: OpContext, x: Tensor, scale: Tensor, *, axis: int = -
 @onnx_op("LpNormalization")
 def lp_normalization(ctx: OpContext, x: Tensor, *, axis: int = -1, p: int = 2) -> Tensor:
     norm = x.abs().sum(axis, keepdim=True) if p == 1 else x.square().sum(axis, keepdim=True).sqrt()
-    return (x / norm).cast(x.dtype)
+    return (norm == 0).where(0, x / norm).cast(x.dtype)
 
 
 @onnx_op("MeanVarianceNormalization")

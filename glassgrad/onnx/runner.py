@@ -48,9 +48,9 @@ class OnnxRunner:
             model = onnx.inliner.inline_local_functions(model)
         self.model, self.graph = model, model.graph
         self.device = device or Device.DEFAULT
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-        if self.opset is None:
-            raise OnnxError("the model imports no version of the standard ONNX operator set (domain '')")
+        # a model of other domains only (ai.onnx.ml, training) still names its operators in the unsupported error
+        standard = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+        self.opset = standard[0] if standard else onnx.defs.onnx_opset_version()
         self.weights = {i.name: _on_host(tensor_from_proto(i, self.device)) for i in self.graph.initializer}
         if self.weights:
             Tensor.realize(*self.weights.values())  # copied to the device once, not on every call

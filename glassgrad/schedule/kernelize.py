@@ -78,7 +78,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             add(node)
         if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]):
-            add(node.src[0])
+            points[node.src[0]] = None  # even a view of a buffer: a kernel packs it before the bytes move
         if node.op is Ops.ASSIGN and _reads_target_elsewhere(node):
             add(node.src[1])
     # Reductions that would be recomputed when fused get their own buffer; repeat until nothing changes.

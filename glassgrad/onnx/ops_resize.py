@@ -1,0 +1,151 @@
+"""Resize (and the older Upsample): nearest, linear and cubic interpolation, one axis at a time.
+
+For each resized axis the source positions and weights of every output position are computed in Python from the
+sizes alone; the data is then gathered at those positions and weighted (1 tap for nearest, 2 for linear, 4 for
+cubic). Interpolating axis by axis is exact because ONNX's linear and cubic modes are separable.
+"""
+
+from __future__ import annotations
+
+import math
+
+from glassgrad.dtype import dtypes
+from glassgrad.onnx.registry import OpContext, onnx_op
+from glassgrad.tensor import Tensor
+
+
+def _source_position(mode: str, j: int, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> float:
+    """Where output position j falls in the input, for a coordinate_transformation_mode."""
+    if mode == "half_pixel":
+        return (j + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = n_out / (scale * n_in)
+        return n_in / 2 * (1 - adjustment) + (j + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (j + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+    if mode == "align_corners":
+        return j * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    if mode == "asymmetric":
+        return j / scale
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if n_out > 1:
+            return start * (n_in - 1) + j * (end - start) * (n_in - 1) / (n_out - 1)
+        return 0.5 * (start + end) * (n_in - 1)
+    raise ValueError(f"coordinate_transformation_mode {mode!r} is not supported")
+
+
+NEAREST = {
+    "round_prefer_floor": lambda x: math.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x: math.floor(x + 0.5),
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+
+
+def _cubic_weights(t: float, a: float) -> list[float]:
+    """Keys' cubic convolution weights of the 4 neighbours at offsets -1, 0, 1, 2 for a fraction t."""
+
+    def w(d: float) -> float:
+        d = abs(d)
+        if d <= 1:
+            return ((a + 2) * d - (a + 3)) * d * d + 1
+        if d < 2:
+            return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        return 0.0
+
+    return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+
+
+def _taps(mode: str, x: float, n_in: int, nearest: str, cubic_a: float,
+          exclude_outside: bool) -> list[tuple[int, float]]:  # fmt: skip
+    """(input index, weight) pairs whose weighted sum is the value at source position x; edges are replicated."""
+    if mode == "nearest":
+        return [(min(max(NEAREST[nearest](x), 0), n_in - 1), 1.0)]
+    base = math.floor(x)
+    t = x - base
+    if mode == "linear":
+        offsets, weights = [0, 1], [1 - t, t]
+    else:
+        offsets, weights = [-1, 0, 1, 2], _cubic_weights(t, cubic_a)
+    taps = [(base + o, w) for o, w in zip(offsets, weights)]
+    if exclude_outside:
+        taps = [(i, w) for i, w in taps if 0 <= i < n_in]
+        total = sum(w for _, w in taps)
+        taps = [(i, w / total) for i, w in taps]
+    return [(min(max(i, 0), n_in - 1), w) for i, w in taps]
+
+
+def _resize_axis(x: Tensor, axis: int, n_out: int, scale: float, roi: tuple[float, float], opts: dict) -> Tensor:
+    n_in = x.shape[axis]
+    positions = [_source_position(opts["transform"], j, n_in, n_out, scale, roi) for j in range(n_out)]
+    taps = [_taps(opts["mode"], p, n_in, opts["nearest"], opts["cubic_a"], opts["exclude_outside"]) for p in positions]
+    width = max(len(t) for t in taps)
+    taps = [t + [(0, 0.0)] * (width - len(t)) for t in taps]  # exclude_outside can leave fewer taps at the edges
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    out = None
+    for k in range(width):
+        index = Tensor([t[k][0] for t in taps], dtype=dtypes.int64, device=x.device)
+        picked = x[(slice(None),) * axis + (index,)]
+        if opts["mode"] != "nearest":
+            picked = picked * Tensor([t[k][1] for t in taps], dtype=x.dtype, device=x.device).reshape(shape)
+        out = picked if out is None else out + picked
+    if opts["transform"] == "tf_crop_and_resize":  # positions outside the input read extrapolation_value
+        outside = Tensor([not 0 <= p <= n_in - 1 for p in positions], device=x.device).reshape(shape)
+        out = outside.where(opts["extrapolation_value"], out)
+    return out.cast(x.dtype)
+
+
+@onnx_op("Resize")
+def resize(ctx: OpContext, x: Tensor, roi: Tensor | None = None, scales: Tensor | None = None,
+           sizes: Tensor | None = None, *, antialias: int = 0, axes=None,
+           coordinate_transformation_mode: str = "half_pixel", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
+           extrapolation_value: float = 0.0, keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
+           nearest_mode: str = "round_prefer_floor") -> Tensor:  # fmt: skip
+    if antialias:
+        raise ctx.error("antialias=1 is not supported", unsupported=True)
+    if ctx.opset < 11:  # Resize-10: (X, scales), asymmetric coordinates
+        roi, scales, coordinate_transformation_mode = None, roi, "asymmetric"
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"mode {mode!r} is not one of nearest, linear, cubic")
+    chosen = [a + x.ndim if a < 0 else a for a in (axes if axes is not None else range(x.ndim))]
+    scale_list = ctx.values(scales) if scales is not None and scales.numel() else None
+    size_list = ctx.ints(sizes) if sizes is not None and sizes.numel() else None
+    in_sizes = [x.shape[a] for a in chosen]
+    if size_list is not None:
+        if keep_aspect_ratio_policy != "stretch":
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            common = pick(s / n for s, n in zip(size_list, in_sizes))
+            scale_list = [common] * len(chosen)
+            size_list = [int(math.floor(common * n + 0.5)) for n in in_sizes]
+        else:
+            scale_list = [s / n for s, n in zip(size_list, in_sizes)]
+    elif scale_list is not None:
+        size_list = [int(math.floor(n * s)) for n, s in zip(in_sizes, scale_list)]
+    else:
+        raise ctx.error("needs either scales or sizes")
+    roi_list = ctx.values(roi) if roi is not None and roi.numel() else None
+    opts = dict(transform=coordinate_transformation_mode, mode=mode, nearest=nearest_mode, cubic_a=cubic_coeff_a,
+                exclude_outside=bool(exclude_outside), extrapolation_value=extrapolation_value)  # fmt: skip
+    if nearest_mode not in NEAREST:
+        raise ctx.error(f"nearest_mode {nearest_mode!r} is not supported", unsupported=True)
+    for i, a in enumerate(chosen):
+        if size_list[i] == x.shape[a] and scale_list[i] == 1 and coordinate_transformation_mode != "tf_crop_and_resize":
+            continue
+        region = (roi_list[i], roi_list[i + len(chosen)]) if roi_list else (0.0, 1.0)
+        x = _resize_axis(x, a, size_list[i], scale_list[i], region, opts)
+    return x
+
+
+@onnx_op("Upsample")
+def upsample(ctx: OpContext, x: Tensor, scales: Tensor | None = None, *, mode: str = "nearest",
+             **old) -> Tensor:  # fmt: skip
+    """Resize's predecessor: asymmetric coordinates, nearest rounds down."""
+    factors = ctx.values(scales) if scales is not None else list(old.pop("scales"))
+    opts = dict(transform="asymmetric", mode="linear" if mode in ("linear", "bilinear") else mode, nearest="floor",
+                cubic_a=-0.75, exclude_outside=False, extrapolation_value=0.0)  # fmt: skip
+    for a, s in enumerate(factors):
+        if s != 1:
+            x = _resize_axis(x, a, int(math.floor(x.shape[a] * s)), s, (0.0, 1.0), opts)
+    return x
