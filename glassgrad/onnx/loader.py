@@ -69,11 +69,24 @@ def load_model(source: Any):
             raise OnnxError(f"{name} is not a valid ONNX model (truncated or not a protobuf): {e}") from None
         if not model.HasField("graph") or not model.graph.node and not model.graph.output:
             raise OnnxError(f"{name} is not a valid ONNX model: it has no graph (truncated or not an ONNX file)")
+        if not isinstance(source, (bytes, bytearray, memoryview)):
+            _load_external_data(model, os.path.dirname(os.path.abspath(name)), name)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
         raise OnnxError(f"not a valid ONNX model: {str(e).strip().splitlines()[0]}") from None
     return model
+
+
+def _load_external_data(model, directory: str, name: str) -> None:
+    """Weights kept beside the model file (torch.onnx.export writes MODEL.onnx.data for large models)."""
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, directory)
+        except Exception as e:
+            raise OnnxError(f"{name}: cannot read its external weight data: {e}") from None
 
 
 def _numpy_to_tensor(array, dtype: DType, device: str) -> Tensor:
