@@ -234,3 +234,12 @@ def test_copy_of_a_view_moves_only_the_view(source, target):
     np.testing.assert_array_equal(t[1:2].to(target).numpy(), data[1:2])
     np.testing.assert_array_equal(t.T.to(target).numpy(), data.T)
     np.testing.assert_array_equal(t[:, ::2].to(target).numpy(), data[:, ::2])
+
+
+@pytest.mark.parametrize("op", ["max", "min", "sum", "mean"])
+def test_bfloat16_reductions_accumulate_in_float(op):
+    """renderer: a bfloat16 accumulator was C's unsigned short, so max compared bit patterns and sums added them."""
+    x = torch.linspace(-7, 3, 2 * 300).reshape(2, 300).bfloat16()
+    got = getattr(Tensor(x.float().numpy()).cast(dtypes.bfloat16), op)(-1).float().numpy()
+    want = getattr(x, op)(-1)
+    np.testing.assert_allclose(got, (want.values if op in ("max", "min") else want).float().numpy(), rtol=2**-7)

@@ -28,9 +28,15 @@ def _compare_in_float(x: UOp) -> UOp | None:
     return x.replace(src=tuple(s.cast(dtypes.float32) if s.dtype in SMALL_FLOATS else s for s in x.src))
 
 
+def _reduce_in_float(x: UOp) -> UOp:
+    """A bfloat16 reduction accumulates in float: C has no bfloat16 math (its 16 bits would add as integers)."""
+    return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32), *x.src[1:]), x.arg).cast(x.dtype)
+
+
 small_float_math = PatternMatcher([
     (UPat(GroupOp.ALU - GroupOp.Comparison, dtype=SMALL_FLOATS, name="x"), _compute_in_float),
     (UPat(GroupOp.Comparison, name="x"), _compare_in_float),
+    (UPat(Ops.REDUCE, dtype=dtypes.bfloat16, name="x"), _reduce_in_float),
 ])  # fmt: skip
 
 
