@@ -46,6 +46,12 @@ LOOSER_RTOL = {"bfloat16": 2**-6, "float16": 2**-8}
 EXCLUDED = {op: reason for reason, ops in OUT_OF_SCOPE.items() for op in ops}
 
 
+LACKING_TYPES = "data types glassgrad lacks (float8, float4, int4, int2, strings)"
+SEQUENCES = "sequences and optionals"
+CONTROL_FLOW = "control flow (subgraphs)"
+RANDOM = "random numbers (no fixed output)"
+
+
 @dataclass
 class NodeCase:
     name: str
@@ -57,8 +63,29 @@ class NodeCase:
     atol: float
 
     @property
-    def in_scope(self) -> bool:
-        return self.op not in EXCLUDED
+    def out_of_scope(self) -> str | None:
+        """Why this case is outside what glassgrad should support, or None: its operator, or (for an operator in
+        scope) a data type glassgrad lacks, a sequence or optional value, control flow in its expanded form, or
+        training-mode dropout (random)."""
+        if self.op in EXCLUDED:
+            return EXCLUDED[self.op]
+        onnx = import_onnx()
+        values = list(self.inputs) + list(self.outputs)
+        if any(isinstance(v, list) or v is None for v in values):
+            return SEQUENCES
+        graph = self.model.graph
+        if any(i.type.WhichOneof("value") != "tensor_type" for i in list(graph.input) + list(graph.output)):
+            return SEQUENCES
+        types = [i.type.tensor_type.elem_type for i in list(graph.input) + list(graph.output)]
+        types += [a.i for n in graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
+        types += [v.data_type for v in values if isinstance(v, onnx.TensorProto)]
+        if any(t not in ONNX_DTYPES for t in types):
+            return LACKING_TYPES
+        if any(n.op_type in ("If", "Loop", "Scan") for n in graph.node):
+            return CONTROL_FLOW
+        if self.op == "Dropout" and len(self.inputs) == 3 and self.inputs[2] and self.inputs[1] != 0:
+            return RANDOM
+        return None
 
 
 @dataclass

@@ -52,14 +52,21 @@ def div(ctx: OpContext, a: Tensor, b: Tensor) -> Tensor:
     return a.idiv(b) if dtypes.is_int(a.dtype) else a.div(b).cast(a.dtype)
 
 
+def _fmod(a: Tensor, b: Tensor) -> Tensor:
+    """C's fmod for floats: the remainder with the dividend's sign; a finite a modulo an infinite b is a."""
+    rest = (a - (a / b).trunc() * b).cast(a.dtype)
+    return (b.isinf() & a.isfinite()).where(a, rest)
+
+
 @onnx_op("Mod")
 def mod(ctx: OpContext, a: Tensor, b: Tensor, *, fmod: int = 0) -> Tensor:
-    """fmod=0: the remainder has the divisor's sign (integers only); fmod=1: C's fmod, the dividend's sign."""
-    if not fmod:
-        return a.mod(b)
+    """fmod=0: the remainder has the divisor's sign (NumPy's mod); fmod=1: C's fmod, the dividend's sign."""
     if dtypes.is_int(a.dtype):
-        return a - a.idiv(b) * b
-    return (a - (a / b).trunc() * b).cast(a.dtype)
+        return a - a.idiv(b) * b if fmod else a.mod(b)
+    rest = _fmod(a, b)
+    if fmod:
+        return rest
+    return ((rest != 0) & ((rest < 0) != (b < 0))).where(rest + b, rest).cast(a.dtype)
 
 
 @onnx_op("Pow")
@@ -69,9 +76,15 @@ def pow_(ctx: OpContext, x: Tensor, y: Tensor) -> Tensor:
 
 @onnx_op("BitShift")
 def bit_shift(ctx: OpContext, x: Tensor, y: Tensor, *, direction: str) -> Tensor:
+    """Shifts of the type's width or more, or negative ones, give 0 (-1 for a negative number shifted right)."""
     if direction not in ("LEFT", "RIGHT"):
         raise ctx.error(f"direction must be LEFT or RIGHT, got {direction!r}")
-    return (x.lshift(y) if direction == "LEFT" else x.rshift(y)).cast(x.dtype)
+    bits = 8 * x.dtype.itemsize
+    out_of_range = (y < 0) | (y >= bits)
+    safe = out_of_range.where(0, y).cast(y.dtype)
+    shifted = (x.lshift(safe) if direction == "LEFT" else x.rshift(safe)).cast(x.dtype)
+    overflow = (x < 0).where(-1, 0) if direction == "RIGHT" and not dtypes.is_unsigned(x.dtype) else 0
+    return out_of_range.where(overflow, shifted).cast(x.dtype)
 
 
 def _variadic(fn):

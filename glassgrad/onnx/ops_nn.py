@@ -137,6 +137,18 @@ def _pool_nd(x: Tensor, method: str, nd: int):
     return getattr(x, f"{method}_pool{nd}d")
 
 
+def _cropped(y: Tensor, sizes, kernel, strides, dilations, pairs, ceil_mode: int) -> Tensor:
+    """ONNX's output size: with ceil_mode the last window must start inside the input or its left padding (the
+    pooling above ran on pre-padded input, where the right padding counted as input)."""
+    if not ceil_mode:
+        return y
+    outs = []
+    for n, k, s, d, (b, e) in zip(sizes, kernel, strides, dilations, pairs):
+        o = math.ceil((n + b + e - d * (k - 1) - 1) / s + 1)
+        outs.append(o - 1 if (o - 1) * s >= n + b else o)
+    return y[(slice(None), slice(None), *(slice(0, o) for o in outs))]
+
+
 @onnx_op("MaxPool")
 def max_pool(ctx: OpContext, x: Tensor, *, kernel_shape, auto_pad: str = "NOTSET", ceil_mode: int = 0,
              dilations=None, pads=None, storage_order: int = 0, strides=None) -> tuple[Tensor, Tensor]:  # fmt: skip
@@ -145,6 +157,7 @@ def max_pool(ctx: OpContext, x: Tensor, *, kernel_shape, auto_pad: str = "NOTSET
     nd = len(kernel)
     symmetric = all(b == e and 2 * b <= d * (k - 1) + 1 for (b, e), k, d in zip(pairs, kernel, dilations))
     padding = [b for b, _ in pairs] if symmetric else 0
+    sizes = x.shape[2:]
     if not symmetric:
         lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
         x = _pad_spatial(x, pairs, lowest)
@@ -152,7 +165,7 @@ def max_pool(ctx: OpContext, x: Tensor, *, kernel_shape, auto_pad: str = "NOTSET
     pool = _pool_nd(x, "max", nd)
     out = pool(kernel, strides, padding, dilations, bool(ceil_mode), return_indices=wants_indices)
     if not wants_indices:
-        return out
+        return out if symmetric else _cropped(out, sizes, kernel, strides, dilations, pairs, ceil_mode)
     if not symmetric:
         raise ctx.error("the Indices output with asymmetric pads is not supported", unsupported=True)
     values, position = out
@@ -173,11 +186,12 @@ def average_pool(ctx: OpContext, x: Tensor, *, kernel_shape, auto_pad: str = "NO
     kernel, strides, dilations, pairs = _pool_args(ctx, x, kernel_shape, strides, dilations, pads, auto_pad)
     pool = lambda t: _pool_nd(t, "avg", len(kernel))(kernel, strides, 0, bool(ceil_mode), True, None, dilations)
     if count_include_pad or not any(b or e for b, e in pairs):
-        return pool(_pad_spatial(x, pairs))
-    sums = _sum_pool(x, kernel, strides, dilations, pairs, ceil_mode)
-    counts = _sum_pool(Tensor.ones(1, 1, *x.shape[2:], device=x.device, dtype=x.dtype), kernel, strides, dilations,
-                       pairs, ceil_mode)  # fmt: skip
-    return sums / counts
+        y = pool(_pad_spatial(x, pairs))
+    else:
+        sums = _sum_pool(x, kernel, strides, dilations, pairs, ceil_mode)
+        ones = Tensor.ones(1, 1, *x.shape[2:], device=x.device, dtype=x.dtype)
+        y = sums / _sum_pool(ones, kernel, strides, dilations, pairs, ceil_mode)
+    return _cropped(y, x.shape[2:], kernel, strides, dilations, pairs, ceil_mode)
 
 
 def _sum_pool(x: Tensor, kernel, strides, dilations, pairs, ceil_mode: int) -> Tensor:
@@ -189,7 +203,8 @@ def _sum_pool(x: Tensor, kernel, strides, dilations, pairs, ceil_mode: int) -> T
 def lp_pool(ctx: OpContext, x: Tensor, *, kernel_shape, auto_pad: str = "NOTSET", ceil_mode: int = 0,
             dilations=None, p: int = 2, pads=None, strides=None) -> Tensor:  # fmt: skip
     kernel, strides, dilations, pairs = _pool_args(ctx, x, kernel_shape, strides, dilations, pads, auto_pad)
-    return _sum_pool(x.abs().pow(p), kernel, strides, dilations, pairs, ceil_mode).pow(1.0 / p).cast(x.dtype)
+    y = _sum_pool(x.abs().pow(p), kernel, strides, dilations, pairs, ceil_mode).pow(1.0 / p).cast(x.dtype)
+    return _cropped(y, x.shape[2:], kernel, strides, dilations, pairs, ceil_mode)
 
 
 @onnx_op("GlobalAveragePool")

@@ -15,23 +15,24 @@ from glassgrad.tensor import Tensor
 
 
 def _source_position(mode: str, j: int, n_in: int, n_out: int, scale: float, roi: tuple[float, float]) -> float:
-    """Where output position j falls in the input, for a coordinate_transformation_mode."""
+    """Where output position j falls in the input, for a coordinate_transformation_mode. As the reference, modes
+    that divide by the output length use n_in * scale, which need not be a whole number."""
+    length = n_in * scale
     if mode == "half_pixel":
         return (j + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
         adjustment = n_out / (scale * n_in)
         return n_in / 2 * (1 - adjustment) + (j + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (j + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+        return (j + 0.5) / scale - 0.5 if length != 1 else -0.5
     if mode == "align_corners":
-        return j * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        return j * (n_in - 1) / (length - 1) if length != 1 else 0.0
     if mode == "asymmetric":
         return j / scale
     if mode == "tf_crop_and_resize":
         start, end = roi
-        if n_out > 1:
-            return start * (n_in - 1) + j * (end - start) * (n_in - 1) / (n_out - 1)
-        return 0.5 * (start + end) * (n_in - 1)
+        step = j * (end - start) * (n_in - 1) / (length - 1) if length != 1 else (end - start) * (n_in - 1) / 2
+        return start * (n_in - 1) + step
     raise ValueError(f"coordinate_transformation_mode {mode!r} is not supported")
 
 

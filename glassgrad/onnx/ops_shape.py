@@ -271,10 +271,12 @@ def depth_to_space(ctx: OpContext, x: Tensor, *, blocksize: int, mode: str = "DC
 
 
 @onnx_op("SpaceToDepth")
-def space_to_depth(ctx: OpContext, x: Tensor, *, blocksize: int) -> Tensor:
+def space_to_depth(ctx: OpContext, x: Tensor, *, blocksize: int, mode: str = "DCR") -> Tensor:
+    """DepthToSpace's inverse: DCR puts the block offsets before the channels, CRD after."""
     n, c, h, w = x.shape
     b = blocksize
-    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).permute(*order)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
