@@ -339,10 +339,12 @@ def lrn(ctx: OpContext, x: Tensor, *, size: int, alpha: float = 1e-4, beta: floa
 
 
 @onnx_op("Dropout")
-def dropout(ctx: OpContext, data: Tensor, ratio: Tensor | None = None, training_mode: Tensor | None = None, *,
-            seed: int | None = None, is_test: int = 0) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """Inference: the input unchanged and an all-true mask (training-mode dropout is random: not supported)."""
-    if training_mode is not None and ctx.scalar(training_mode) and ctx.scalar(ratio, 0.5) != 0:
+def dropout(ctx: OpContext, data: Tensor, ratio_input: Tensor | None = None, training_mode: Tensor | None = None, *,
+            seed: int | None = None, ratio: float = 0.5, is_test: int = 0) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """Inference: the input unchanged and an all-true mask. Training-mode dropout draws random numbers (not
+    supported), except with ratio 0. Before opset 12 the ratio was an attribute and (before 7) is_test one too."""
+    drop = ctx.scalar(ratio_input, ratio)
+    if training_mode is not None and ctx.scalar(training_mode) and drop != 0:
         raise ctx.error("training-mode dropout draws random numbers and is not supported", unsupported=True)
     return data, Tensor.ones(*data.shape, dtype=dtypes.bool, device=data.device)
 

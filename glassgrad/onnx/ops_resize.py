@@ -44,34 +44,34 @@ NEAREST = {
 }
 
 
-def _cubic_weights(t: float, a: float) -> list[float]:
-    """Keys' cubic convolution weights of the 4 neighbours at offsets -1, 0, 1, 2 for a fraction t."""
-
-    def w(d: float) -> float:
-        d = abs(d)
-        if d <= 1:
-            return ((a + 2) * d - (a + 3)) * d * d + 1
-        if d < 2:
-            return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-        return 0.0
-
-    return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+def _cubic(a: float, d: float) -> float:
+    """Keys' cubic convolution kernel at distance d."""
+    d = abs(d)
+    if d <= 1:
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+    if d < 2:
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return 0.0
 
 
-def _taps(mode: str, x: float, n_in: int, nearest: str, cubic_a: float,
-          exclude_outside: bool) -> list[tuple[int, float]]:  # fmt: skip
-    """(input index, weight) pairs whose weighted sum is the value at source position x; edges are replicated."""
+def _taps(mode: str, x: float, n_in: int, scale: float, opts: dict) -> list[tuple[int, float]]:
+    """(input index, weight) pairs whose weighted sum is the value at source position x; edges are replicated.
+
+    As the reference: `base` is the input position left of x (x itself counts as right of base when whole), the
+    kernel (linear: a triangle of half-width 1, cubic: Keys' of half-width 2) is sampled at each neighbour, and with
+    antialias it is stretched by 1 / scale when downsampling and the weights normalized."""
     if mode == "nearest":
-        return [(min(max(NEAREST[nearest](x), 0), n_in - 1), 1.0)]
-    base = math.floor(x)
-    t = x - base
-    if mode == "linear":
-        offsets, weights = [0, 1], [1 - t, t]
-    else:
-        offsets, weights = [-1, 0, 1, 2], _cubic_weights(t, cubic_a)
-    taps = [(base + o, w) for o, w in zip(offsets, weights)]
-    if exclude_outside:
-        taps = [(i, w) for i, w in taps if 0 <= i < n_in]
+        return [(min(max(NEAREST[opts["nearest"]](x), 0), n_in - 1), 1.0)]
+    base = math.ceil(x) - 1
+    ratio = x - base
+    stretch = min(scale, 1.0) if opts["antialias"] else 1.0
+    support = 1 if mode == "linear" else 2
+    start = math.floor(-support / stretch) + 1
+    kernel = (lambda d: max(0.0, 1 - abs(d))) if mode == "linear" else (lambda d: _cubic(opts["cubic_a"], d))
+    taps = [(base + i, kernel((i - ratio) * stretch)) for i in range(start, 2 - start)]
+    if opts["exclude_outside"]:
+        taps = [(i, w) if 0 <= i < n_in else (i, 0.0) for i, w in taps]
+    if opts["exclude_outside"] or opts["antialias"]:
         total = sum(w for _, w in taps)
         taps = [(i, w / total) for i, w in taps]
     return [(min(max(i, 0), n_in - 1), w) for i, w in taps]
@@ -80,9 +80,8 @@ def _taps(mode: str, x: float, n_in: int, nearest: str, cubic_a: float,
 def _resize_axis(x: Tensor, axis: int, n_out: int, scale: float, roi: tuple[float, float], opts: dict) -> Tensor:
     n_in = x.shape[axis]
     positions = [_source_position(opts["transform"], j, n_in, n_out, scale, roi) for j in range(n_out)]
-    taps = [_taps(opts["mode"], p, n_in, opts["nearest"], opts["cubic_a"], opts["exclude_outside"]) for p in positions]
-    width = max(len(t) for t in taps)
-    taps = [t + [(0, 0.0)] * (width - len(t)) for t in taps]  # exclude_outside can leave fewer taps at the edges
+    taps = [_taps(opts["mode"], p, n_in, scale, opts) for p in positions]
+    width = len(taps[0]) if taps else 0
     shape = [1] * x.ndim
     shape[axis] = n_out
     out = None
@@ -104,8 +103,6 @@ def resize(ctx: OpContext, x: Tensor, roi: Tensor | None = None, scales: Tensor 
            coordinate_transformation_mode: str = "half_pixel", cubic_coeff_a: float = -0.75, exclude_outside: int = 0,
            extrapolation_value: float = 0.0, keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
            nearest_mode: str = "round_prefer_floor") -> Tensor:  # fmt: skip
-    if antialias:
-        raise ctx.error("antialias=1 is not supported", unsupported=True)
     if ctx.opset < 11:  # Resize-10: (X, scales), asymmetric coordinates
         roi, scales, coordinate_transformation_mode = None, roi, "asymmetric"
     if mode not in ("nearest", "linear", "cubic"):
@@ -128,7 +125,8 @@ def resize(ctx: OpContext, x: Tensor, roi: Tensor | None = None, scales: Tensor 
         raise ctx.error("needs either scales or sizes")
     roi_list = ctx.values(roi) if roi is not None and roi.numel() else None
     opts = dict(transform=coordinate_transformation_mode, mode=mode, nearest=nearest_mode, cubic_a=cubic_coeff_a,
-                exclude_outside=bool(exclude_outside), extrapolation_value=extrapolation_value)  # fmt: skip
+                exclude_outside=bool(exclude_outside), extrapolation_value=extrapolation_value,
+                antialias=bool(antialias))  # fmt: skip
     if nearest_mode not in NEAREST:
         raise ctx.error(f"nearest_mode {nearest_mode!r} is not supported", unsupported=True)
     for i, a in enumerate(chosen):
@@ -145,7 +143,7 @@ def upsample(ctx: OpContext, x: Tensor, scales: Tensor | None = None, *, mode: s
     """Resize's predecessor: asymmetric coordinates, nearest rounds down."""
     factors = ctx.values(scales) if scales is not None else list(old.pop("scales"))
     opts = dict(transform="asymmetric", mode="linear" if mode in ("linear", "bilinear") else mode, nearest="floor",
-                cubic_a=-0.75, exclude_outside=False, extrapolation_value=0.0)  # fmt: skip
+                cubic_a=-0.75, exclude_outside=False, extrapolation_value=0.0, antialias=False)  # fmt: skip
     for a, s in enumerate(factors):
         if s != 1:
             x = _resize_axis(x, a, int(math.floor(x.shape[a] * s)), s, (0.0, 1.0), opts)

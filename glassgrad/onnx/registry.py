@@ -7,6 +7,7 @@ tuple of Tensors, one per output.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,12 +69,17 @@ def _flat(values: Any) -> list:
     return [v for x in values for v in _flat(x)] if isinstance(values, list) else [values]
 
 
+@functools.cache
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    return list(inspect.signature(fn).parameters.values())[1:]  # after the context
+
+
 def call_op(ctx: OpContext, inputs: Sequence[Tensor | None], attrs: dict[str, Any]) -> tuple[Tensor | None, ...]:
     """Run one node's operator; an operator or attribute glassgrad lacks is an error naming it and the node."""
     fn = OPS.get(ctx.op)
     if fn is None:
         raise OnnxUnsupported(f"operator {ctx.op} (node {ctx.node!r}) is not supported by glassgrad")
-    params = list(inspect.signature(fn).parameters.values())[1:]
+    params = _parameters(fn)
     keyword = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
     if unknown := sorted(set(attrs) - keyword):
         raise ctx.error(f"attribute {', '.join(map(repr, unknown))} is not supported", unsupported=True)
