@@ -29,7 +29,7 @@ OUT_OF_SCOPE: dict[str, tuple[str, ...]] = {
                                          "RandomUniformLike", "Multinomial"),
     "quantization (int8/float8/int4 types)": ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
                                               "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"),
-    "control flow (subgraphs)": ("If", "Loop", "Scan"),
+    "control flow: Scan (If and Loop are in scope)": ("Scan",),
     "classical ML (ai.onnx.ml)": ("ArrayFeatureExtractor", "Binarizer", "TreeEnsemble", "TreeEnsembleClassifier",
                                   "TreeEnsembleRegressor", "OneHotEncoder", "Imputer", "Normalizer", "Scaler"),
     "signal processing and images": ("DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow",
@@ -48,7 +48,7 @@ EXCLUDED = {op: reason for reason, ops in OUT_OF_SCOPE.items() for op in ops}
 
 LACKING_TYPES = "data types glassgrad lacks (float8, float4, int4, int2, strings)"
 SEQUENCES = "sequences and optionals"
-CONTROL_FLOW = "control flow (subgraphs)"
+CONTROL_FLOW = EXCLUDED["Scan"]
 RANDOM = "random numbers (no fixed output)"
 
 
@@ -65,7 +65,7 @@ class NodeCase:
     @property
     def out_of_scope(self) -> str | None:
         """Why this case is outside what glassgrad should support, or None: its operator, or (for an operator in
-        scope) a data type glassgrad lacks, a sequence or optional value, control flow in its expanded form, or
+        scope) a data type glassgrad lacks, a sequence or optional value, a Scan in its expanded form, or
         training-mode dropout (random)."""
         if self.op in EXCLUDED:
             return EXCLUDED[self.op]
@@ -81,7 +81,7 @@ class NodeCase:
         types += [v.data_type for v in values if isinstance(v, onnx.TensorProto)]
         if any(t not in ONNX_DTYPES for t in types):
             return LACKING_TYPES
-        if any(n.op_type in ("If", "Loop", "Scan") for n in graph.node):
+        if any(n.op_type == "Scan" for n in graph.node):
             return CONTROL_FLOW
         if self.op == "Dropout" and len(self.inputs) == 3 and self.inputs[2] and self.inputs[1] != 0:
             return RANDOM

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from glassgrad.onnx.loader import OnnxError, OnnxUnsupported
@@ -40,6 +40,7 @@ class OpContext:
     device: str  # the runner's device: where tensors an operator creates from nothing go
     runner: Any = None  # the OnnxRunner, for operators that run subgraphs (If)
     outputs: int = 1  # how many outputs the node names (Split's count; MaxPool's optional Indices)
+    scope: dict = field(default_factory=dict)  # the values computed so far, which subgraphs (If, Loop) can read
 
     def error(self, message: str, unsupported: bool = False) -> OnnxError:
         cls = OnnxUnsupported if unsupported else OnnxError

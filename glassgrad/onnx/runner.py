@@ -105,7 +105,7 @@ class OnnxRunner:
             for i in node.input:
                 if i not in values:
                     raise OnnxError(f"node {name!r} ({node.op_type}) reads {i!r}, which nothing before it produces")
-            ctx = OpContext(node.op_type, name, self.opset, self.device, self, len(node.output))
+            ctx = OpContext(node.op_type, name, self.opset, self.device, self, len(node.output), values)
             attrs = {a.name: attribute_value(a, self.device) for a in node.attribute}
             args = _same_device([values[i] for i in node.input], self.device)
             try:
