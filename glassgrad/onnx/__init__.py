@@ -4,7 +4,17 @@ Needs the optional `onnx` package (pip install onnx) to parse model files. The o
 family per file; registry.py holds the table and the calling convention.
 """
 
-from glassgrad.onnx import ops_attention, ops_control, ops_math, ops_nn, ops_reduce, ops_resize, ops_sample, ops_shape  # noqa: F401  (fill OPS)
+from glassgrad.onnx import (  # noqa: F401  (fill OPS)
+    ops_attention,
+    ops_control,
+    ops_math,
+    ops_nn,
+    ops_recurrent,
+    ops_reduce,
+    ops_resize,
+    ops_sample,
+    ops_shape,
+)
 from glassgrad.onnx.loader import OnnxError, OnnxUnsupported, load_model
 from glassgrad.onnx.registry import OPS
 from glassgrad.onnx.runner import OnnxRunner

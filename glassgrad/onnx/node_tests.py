@@ -35,7 +35,6 @@ OUT_OF_SCOPE: dict[str, tuple[str, ...]] = {
     "signal processing and images": ("DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow",
                                      "MelWeightMatrix", "ImageDecoder"),
     "detection and data-dependent outputs": ("NonMaxSuppression", "RoiAlign", "Unique"),
-    "recurrent layers (sequence loops)": ("RNN", "GRU", "LSTM"),
     "specialised or new kernels": ("DeformConv", "CausalConvWithState", "LinearAttention", "FlexAttention",
                                    "TensorScatter", "Det", "Col2Im"),
 }  # fmt: skip
