@@ -8,15 +8,15 @@ shape. KNOWN_FAILURES lists the in-scope cases that do not pass yet, each with i
 so one that starts passing fails the run until it is taken off the list.
 
 Scope (node_tests.OUT_OF_SCOPE): every operator of the standard domain is in scope except training steps
-(Adagrad, Adam, Momentum), strings, sequences and optionals, random numbers, quantization, control flow (If, Loop,
-Scan: subgraphs are not supported), classical ML (ai.onnx.ml), signal processing and image decoding (DFT, STFT,
-windows, ImageDecoder), detection and data-dependent outputs (NonMaxSuppression, RoiAlign, Unique), recurrent
-layers (RNN, GRU, LSTM), and a few specialised or new kernels (DeformConv, CausalConvWithState, LinearAttention,
-FlexAttention, TensorScatter, Det, Col2Im, GridSample, AffineGrid). A case of an operator in scope is still out of
-scope when it uses a data type glassgrad lacks (float8, float4, int4, int2, strings), a sequence or optional
-value, control flow in its expanded form, or training-mode dropout. Out-of-scope cases are not run here; `python -m
-glassgrad.onnx.report` lists them, and test_out_of_scope_operators_are_errors_naming_them checks that running one
-is an error naming what glassgrad lacks, never a silent result.
+(Adagrad, Adam, Momentum), strings, sequences and optionals, random numbers, quantization, the Scan loop (If and
+Loop are in scope), classical ML (ai.onnx.ml), signal processing and image decoding (DFT, STFT, windows,
+ImageDecoder), detection and data-dependent outputs (NonMaxSuppression, RoiAlign, Unique), and a few specialised or
+new kernels (DeformConv, CausalConvWithState, LinearAttention, FlexAttention, TensorScatter, Det, Col2Im). A case of
+an operator in scope is still out of scope when it uses a data type glassgrad lacks (float8, float4, int4, int2,
+strings), a sequence or optional value, a Scan in its expanded form, or training-mode dropout. Out-of-scope cases
+are not run here; `python -m glassgrad.onnx.report` counts them by reason, and
+test_out_of_scope_operators_are_errors_naming_them checks that running one is an error naming what glassgrad
+lacks, never a silent result.
 """
 
 import pytest
