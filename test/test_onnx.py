@@ -243,3 +243,24 @@ def test_bfloat16_reductions_accumulate_in_float(op):
     got = getattr(Tensor(x.float().numpy()).cast(dtypes.bfloat16), op)(-1).float().numpy()
     want = getattr(x, op)(-1)
     np.testing.assert_allclose(got, (want.values if op in ("max", "min") else want).float().numpy(), rtol=2**-7)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 5, 5), (6, 6)])
+def test_det_matches_numpy_with_pivoting_and_singular_matrices(shape):
+    """Det pivots by tensor ops alone: random matrices, a permutation (needs a swap) and a singular one."""
+    a = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    swap = np.eye(shape[-1], dtype=np.float32)[::-1].copy()
+    singular = np.ones(shape[-2:], np.float32)
+    for m in (a, swap, singular):
+        y = OnnxRunner(_tiny_model("Det", inputs=("a",), shape=m.shape))({"a": m})["y"]
+        np.testing.assert_allclose(y.numpy(), np.linalg.det(m), rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_over_a_long_sequence_matches_torch(tmp_path):
+    """40 steps: each step's state is a buffer of its own, so the graph grows linearly with the sequence."""
+    torch.manual_seed(3)
+    lstm = nn.LSTM(4, 6, batch_first=True).eval()
+    x = torch.randn(2, 40, 4)
+    runner = OnnxRunner(_export(lstm, x, tmp_path, dynamo=False))
+    got = runner({runner.input_names[0]: x.numpy()})[runner.output_names[0]].numpy()
+    np.testing.assert_allclose(got, lstm(x)[0].detach().numpy(), rtol=1e-4, atol=1e-5)

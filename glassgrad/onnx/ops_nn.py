@@ -28,6 +28,27 @@ def gemm(ctx: OpContext, a: Tensor, b: Tensor, c: Tensor | None = None, *, alpha
     return out.cast(a.dtype)
 
 
+@onnx_op("Det")
+def det(ctx: OpContext, x: Tensor) -> Tensor:
+    """Determinant of the last two axes by Gaussian elimination with partial pivoting, all in tensor ops: each
+    column's largest entry becomes the pivot (rows swapped through one-hot masks), rows below are eliminated."""
+    n = x.shape[-1]
+    a, result = x, Tensor.ones(*x.shape[:-2], dtype=x.dtype, device=x.device)
+    rows = Tensor.arange(n, device=x.device)
+    for j in range(n):
+        column = (rows >= j).where(a[..., :, j].abs(), -1)  # rows above j cannot be pivots
+        pivot_row = column.argmax(-1).unsqueeze(-1)  # (..., 1)
+        is_pivot, is_j = (rows == pivot_row).unsqueeze(-1), (rows == j).reshape(n, 1)
+        row_p, row_j = (is_pivot * a).sum(-2, keepdim=True), a[..., j : j + 1, :]
+        a = a + is_j * (row_p - row_j) + is_pivot * (row_j - row_p)  # swap rows j and pivot_row (a no-op if equal)
+        pivot = a[..., j, j]
+        result = result * (pivot_row.squeeze(-1) != j).where(-pivot, pivot)
+        factors = ((rows > j) & (pivot != 0).unsqueeze(-1)).where(a[..., :, j] / pivot.unsqueeze(-1), 0)
+        # a buffer per step: fused, each step would inline every earlier one several times over
+        a = (a - factors.unsqueeze(-1) * a[..., j : j + 1, :]).contiguous()
+    return result.cast(x.dtype)
+
+
 @onnx_op("Einsum")
 def einsum(ctx: OpContext, *operands: Tensor, equation: str) -> Tensor:
     return Tensor.einsum(equation.replace(" ", ""), *operands)
@@ -113,6 +134,26 @@ def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None
     y = transpose_nd(x, w, None, strides, 0, 0, group, dilations)
     y = _window(y, begins, want)
     return y if b is None else y + b.reshape(-1, *(1,) * nd)
+
+
+@onnx_op("Col2Im")
+def col2im(ctx: OpContext, x: Tensor, image_shape: Tensor, block_shape: Tensor, *, dilations=None, pads=None,
+           strides=None) -> Tensor:  # fmt: skip
+    """im2col's inverse: each column holds one block; overlapping blocks add up. It is a transposed convolution, per
+    channel, with one-hot kernels that put each of a block's entries at its offset."""
+    image, block = ctx.ints(image_shape), ctx.ints(block_shape)
+    nd, k = len(block), prod(block)
+    strides, dilations = tuple(strides or (1,) * nd), tuple(dilations or (1,) * nd)
+    pads = tuple(pads or (0,) * (2 * nd))
+    outs = [(n + pads[i] + pads[i + nd] - d * (b - 1) - 1) // s + 1
+            for i, (n, b, s, d) in enumerate(zip(image, block, strides, dilations))]  # fmt: skip
+    channels = x.shape[1] // k
+    cols = x.reshape(x.shape[0], channels * k, *outs)
+    kernels = Tensor.eye(k, dtype=x.dtype, device=x.device).reshape(k, 1, *block).repeat(channels, *(1,) * (nd + 1))
+    _check_nd(ctx, nd)
+    transpose_nd = (Tensor.conv_transpose1d, Tensor.conv_transpose2d, Tensor.conv_transpose3d)[nd - 1]
+    y = transpose_nd(cols, kernels, None, strides, 0, 0, channels, dilations)
+    return _window(y, list(pads[:nd]), image)
 
 
 def _window(y: Tensor, begins: list[int], lengths: list[int]) -> Tensor:

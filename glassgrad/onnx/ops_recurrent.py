@@ -77,6 +77,8 @@ def _run(ctx: OpContext, kind: str, x: Tensor, w: Tensor, r: Tensor, b: Tensor |
         outs: list[Tensor] = [None] * steps  # type: ignore[list-item]
         for t in reversed(range(steps)) if reverse else range(steps):
             h, c = _step(kind, f, projected[t], h, c, r[d], rb, peep, hidden, clip, attrs)
+            # a buffer per step: fused, each step would inline the earlier ones several times over
+            h, c = h.contiguous(), c.contiguous() if kind == "LSTM" else c
             outs[t] = h
         ys.append(Tensor.stack(*outs))
         last_h.append(h)
