@@ -166,6 +166,3 @@ def run_case(case: NodeCase, device: str = "CPU") -> CaseResult:
         first = str(e).strip().splitlines()
         return CaseResult(case, "failed", f"{type(e).__name__}: {' '.join(first[:6])}", time.perf_counter() - start)
     return CaseResult(case, "passed", "", time.perf_counter() - start)
-
-
-__all__ = ["ONNX_DTYPES", "CaseResult", "NodeCase", "collect_cases", "run_case"]

@@ -31,7 +31,8 @@ def attention(ctx: OpContext, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor
               softcap: float = 0.0, softmax_precision: int | None = None,
               left_window_size: int = -1, right_window_size: int = -1) -> tuple[Tensor, ...]:  # fmt: skip
     """softmax(Q K^T * scale + bias) V over heads, as ONNX's reference: Y, present key and value, and the QK
-    product at the stage qk_matmul_output_mode names (0: raw, 1: with bias, 2: softcapped, 3: after softmax)."""
+    product at the stage qk_matmul_output_mode names (as the reference: 0 and 1 the product, softcapped when softcap
+    is set; 2 with the bias added; 3 after the softmax)."""
     three_d = q.ndim == 3
     q, k, v = _heads(q, q_num_heads), _heads(k, kv_num_heads), _heads(v, kv_num_heads)
     scale = 1 / math.sqrt(q.shape[3]) if scale is None else scale

@@ -6,7 +6,6 @@ import math
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
-from glassgrad.onnx.loader import OnnxUnsupported
 from glassgrad.onnx.registry import OpContext, onnx_op
 from glassgrad.onnx.runner import HOST, _on_host
 from glassgrad.tensor import Tensor
@@ -363,6 +362,3 @@ def center_crop_pad(ctx: OpContext, x: Tensor, shape: Tensor, *, axes: tuple[int
             before = (want - have) // 2
             x = x.pad(tuple((before, want - have - before) if d == a else (0, 0) for d in range(x.ndim)))
     return x
-
-
-__all__ = ["OnnxUnsupported"]
