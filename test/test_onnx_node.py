@@ -58,7 +58,7 @@ def test_out_of_scope_operators_are_errors_naming_them():
         seen.add((case.op, reason))
         result = run_case(case, "CPU")
         assert result.status == "unsupported", f"{case.name}: {result.status}: {result.message}"
-        named = [case.op, "data type", "strings", "list", "optional", "NoneType"]
+        named = [case.op, "operator ", "data type", "strings", "list", "optional", "NoneType"]
         assert any(n in result.message for n in named), f"{case.name}: says not what is missing: {result.message}"
         checked += 1
     assert checked > 40
