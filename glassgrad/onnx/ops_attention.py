@@ -116,3 +116,25 @@ def rotary_embedding(ctx: OpContext, x: Tensor, cos_cache: Tensor, sin_cache: Te
 @onnx_op("SwiGLU")
 def swiglu(ctx: OpContext, a: Tensor, b: Tensor, *, alpha: float = 1.0) -> Tensor:
     return (a * (a * alpha).sigmoid() * b).cast(a.dtype)
+
+
+@onnx_op("TensorScatter")
+def tensor_scatter(ctx: OpContext, past_cache: Tensor, update: Tensor, write_indices: Tensor | None = None, *,
+                   axis: int = -2, mode: str = "linear") -> Tensor:  # fmt: skip
+    """A key/value cache with each batch entry's update written along `axis` from its write index (wrapping
+    around with mode="circular")."""
+    if mode not in ("linear", "circular"):
+        raise ctx.error(f"mode {mode!r} is not one of linear, circular")
+    axis = axis % past_cache.ndim
+    size, length = past_cache.shape[axis], update.shape[axis]
+    shape = [1] * past_cache.ndim
+    shape[axis] = size
+    batch = [1] * past_cache.ndim
+    batch[0] = past_cache.shape[0]
+    start = write_indices if write_indices is not None else Tensor.zeros(batch[0], dtype=dtypes.int64)
+    source = Tensor.arange(size, device=past_cache.device).reshape(shape) - start.to(past_cache.device).reshape(batch)
+    if mode == "circular":
+        source = source % size
+    valid = (source >= 0) & (source < length)
+    index = valid.where(source, 0).cast(dtypes.int32).expand(past_cache.shape)
+    return valid.where(update.gather(axis, index), past_cache)
