@@ -108,6 +108,25 @@ def conv(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None, *, auto_
     return conv_nd(_pad_spatial(x, pairs), w, b, strides, 0, dilations, group)
 
 
+@onnx_op("CausalConvWithState")
+def causal_conv_with_state(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None,
+                           past_state: Tensor | None = None, *,
+                           activation: str = "none") -> tuple[Tensor, Tensor]:  # fmt: skip
+    """A depthwise causal conv1d that continues from the last k - 1 inputs of the previous call (zeros at the
+    start); returns the output (optionally SiLU'd) and the state for the next call."""
+    if activation not in ("none", "silu", "swish"):
+        raise ctx.error(f"activation {activation!r} is not one of none, silu, swish")
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    state = past_state if past_state is not None else Tensor.zeros(batch, channels, k - 1, dtype=x.dtype,
+                                                                    device=x.device)  # fmt: skip
+    padded = state.cat(x, dim=2)
+    out = padded.conv1d(w, b, groups=channels).cast(x.dtype)
+    if activation != "none":
+        out = out.float().silu().cast(x.dtype)
+    return out, padded[:, :, padded.shape[2] - (k - 1) :]
+
+
 @onnx_op("ConvTranspose")
 def conv_transpose(ctx: OpContext, x: Tensor, w: Tensor, b: Tensor | None = None, *, auto_pad: str = "NOTSET",
                    dilations=None, group: int = 1, kernel_shape=None, output_padding=None, output_shape=None,
