@@ -101,14 +101,18 @@ def test_exported_transformer_matches_torch(transformer, tmp_path, dynamo):
     np.testing.assert_allclose(got, transformer(tokens).detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_tinyjit_replays_the_model_with_new_inputs(cnn, tmp_path):
-    runner = OnnxRunner(_export(cnn, torch.randn(2, 3, 16, 16), tmp_path, dynamo=True))
+@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def test_tinyjit_replays_the_model_with_new_inputs(cnn, transformer, tmp_path, which):
+    """The torchscript transformer export computes its mask from Shape/Slice/Expand: host values under capture."""
+    model, make = (cnn, lambda g: torch.randn(2, 3, 16, 16, generator=g)) if which == "cnn" else \
+        (transformer, lambda g: torch.randint(0, 50, (3, 12), generator=g))  # fmt: skip
+    runner = OnnxRunner(_export(model, make(torch.Generator()), tmp_path, dynamo=which == "cnn"))
     name, out = runner.input_names[0], runner.output_names[0]
     step = TinyJit(lambda x: runner({name: x})[out])
     for seed in range(4):  # call 1 runs, call 2 captures, calls 3 and 4 replay the captured kernels
-        x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
+        x = make(torch.Generator().manual_seed(seed))
         got = step(Tensor(x.numpy())).numpy()
-        np.testing.assert_allclose(got, cnn(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
     assert step.calls >= 2 and step.items, "the later calls replayed captured kernels"
 
 
