@@ -11,7 +11,7 @@ Scope (node_tests.OUT_OF_SCOPE): every operator of the standard domain is in sco
 (Adagrad, Adam, Momentum), strings, sequences and optionals, random numbers, quantization, the Scan loop (If and
 Loop are in scope), classical ML (ai.onnx.ml), signal processing and image decoding (DFT, STFT, windows,
 ImageDecoder), detection and data-dependent outputs (NonMaxSuppression, RoiAlign, Unique), and a few specialised or
-new kernels (DeformConv, LinearAttention, FlexAttention). A case of
+new kernels (LinearAttention, FlexAttention). A case of
 an operator in scope is still out of scope when it uses a data type glassgrad lacks (float8, float4, int4, int2,
 strings), a sequence or optional value, a Scan in its expanded form, or training-mode dropout. Out-of-scope cases
 are not run here; `python -m glassgrad.onnx.report` counts them by reason, and

@@ -35,7 +35,7 @@ OUT_OF_SCOPE: dict[str, tuple[str, ...]] = {
     "signal processing and images": ("DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow",
                                      "MelWeightMatrix", "ImageDecoder"),
     "detection and data-dependent outputs": ("NonMaxSuppression", "RoiAlign", "Unique"),
-    "specialised or new kernels": ("DeformConv", "LinearAttention", "FlexAttention"),
+    "specialised or new kernels": ("LinearAttention", "FlexAttention"),
 }  # fmt: skip
 # Half-precision outputs: the reference rounds after every NumPy step, glassgrad computes half math in float32 and
 # rounds once, so the two differ by a few units in the last place. bfloat16: 2 ULPs, as the onnx backend runner;

@@ -107,3 +107,40 @@ def _cubic_poly(a: float, d: Tensor) -> Tensor:
     near = ((a + 2) * d - (a + 3)) * d * d + 1
     far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
     return (d <= 1).where(near, far)
+
+
+@onnx_op("DeformConv")
+def deform_conv(ctx: OpContext, x: Tensor, w: Tensor, offset: Tensor, b: Tensor | None = None,
+                mask: Tensor | None = None, *, dilations=None, group: int = 1, kernel_shape=None,
+                offset_group: int = 1, pads=None, strides=None) -> Tensor:  # fmt: skip
+    """A 2-D convolution whose every tap reads the input at its own learned offset (bilinear, zeros outside), as
+    the reference: GridSample at the shifted tap positions, times the mask, then a grouped matrix product."""
+    n, c, ih, iw = x.shape
+    oc, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = tuple(strides or (1, 1)), tuple(dilations or (1, 1))
+    top, left, bottom, right = tuple(pads or (0, 0, 0, 0))
+    oh, ow = (ih + top + bottom - (kh - 1) * dh - 1) // sh + 1, (iw + left + right - (kw - 1) * dw - 1) // sw + 1
+    taps, positions = kh * kw, oh * ow
+    offset = offset.reshape(n, offset_group, taps, 2, positions)
+    mask = mask.reshape(n, offset_group, taps, positions) if mask is not None else None
+    # where each tap sits before its offset: (taps, positions) for rows and for columns
+    ky, kx = [[dh * (t // kw) for t in range(taps)], [dw * (t % kw) for t in range(taps)]]
+    row = (Tensor.arange(oh, device=x.device) * sh - top).reshape(oh, 1).expand(oh, ow).reshape(1, positions)
+    col = (Tensor.arange(ow, device=x.device) * sw - left).reshape(1, ow).expand(oh, ow).reshape(1, positions)
+    base_y, base_x = (
+        Tensor(ky, device=x.device).reshape(taps, 1) + row,
+        Tensor(kx, device=x.device).reshape(taps, 1) + col,
+    )
+    per_group = c // offset_group
+    columns = []
+    for g in range(offset_group):
+        y = base_y + offset[:, g, :, 0]  # (n, taps, positions), in pixels
+        xx = base_x + offset[:, g, :, 1]
+        grid = (xx / (iw - 1) * 2 - 1).stack(y / (ih - 1) * 2 - 1, dim=-1)  # GridSample wants (x, y)
+        sampled = grid_sample(ctx, x[:, g * per_group : (g + 1) * per_group], grid.cast(x.dtype), align_corners=1)
+        columns.append(sampled * mask[:, g].unsqueeze(1) if mask is not None else sampled)
+    cols = columns[0].cat(*columns[1:], dim=1) if len(columns) > 1 else columns[0]  # (n, c, taps, positions)
+    cols = cols.reshape(n, group, (c // group) * taps, positions)
+    out = w.reshape(group, oc // group, (c // group) * taps).unsqueeze(0).matmul(cols)  # (n, group, oc/g, positions)
+    out = out.reshape(n, oc, oh, ow)
+    return (out + b.reshape(1, oc, 1, 1) if b is not None else out).cast(x.dtype)
