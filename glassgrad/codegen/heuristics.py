@@ -37,7 +37,7 @@ def _upcast_amount(size: int, room: int) -> int:
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
-def hand_coded_opts(ast: UOp) -> list[Opt]:
+def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
     """UPCAST the output axes along which some input is broadcast (each value loaded once, used many times);
     UNROLL short reduced axes; for a plain reduction, UNROLL its innermost axis to break the add chain."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:

@@ -77,12 +77,20 @@ class Linearizer:
             self.program.append(accs[-1])
         self._open_loops(ranges)
         for member, acc in zip(group, accs):
-            update = acc.alu(member.arg, self.emit(member.src[0]))
+            update = self._update(member, acc)
             self.program += [update, UOp(Ops.ASSIGN, member.dtype, (acc, update))]
         self._close_loops(ranges)
         for member, acc in zip(group, accs):
             self.emitted[member] = acc
         return self.emitted[node]
+
+
+    def _update(self, member: UOp, acc: UOp) -> UOp:
+        """acc op value; a float sum of products accumulates with MULACC, which a renderer may fuse (as BLAS does)."""
+        value = member.src[0]
+        if member.arg is Ops.ADD and value.op is Ops.MUL and member.dtype.scalar in (dtypes.float32, dtypes.float64):
+            return UOp(Ops.MULACC, member.dtype, (self.emit(value.src[0]), self.emit(value.src[1]), acc))
+        return acc.alu(member.arg, self.emit(value))
 
 
 def linearize(sink: UOp) -> list[UOp]:
