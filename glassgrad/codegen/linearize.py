@@ -84,7 +84,6 @@ class Linearizer:
             self.emitted[member] = acc
         return self.emitted[node]
 
-
     def _update(self, member: UOp, acc: UOp) -> UOp:
         """acc op value; a float sum of products accumulates with MULACC, which a renderer may fuse (as BLAS does)."""
         value = member.src[0]

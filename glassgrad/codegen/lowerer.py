@@ -90,6 +90,10 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
+                if size % self._unroll(node, axis):
+                    raise ValueError(
+                        f"UNROLL({axis}, {self._unroll(node, axis)}) does not divide the reduced axis of {size}"
+                    )
                 ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
@@ -176,6 +180,8 @@ class OutputLoops:
             if o.op not in ("UPCAST", "TILE"):
                 continue
             size, stride = self.main[o.axis]
+            if o.amount < 1 or size % o.amount:
+                raise ValueError(f"{o} does not divide output axis {o.axis}, whose loop has {size} iterations left")
             if o.op == "UPCAST":
                 self.lanes.append((o.axis, o.amount, stride, o))
                 self.main[o.axis] = (size // o.amount, stride * o.amount)

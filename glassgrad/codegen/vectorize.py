@@ -49,7 +49,9 @@ class Vectorizer:
         """A node that does not depend on the lane, with the GEPs below it reading vector lanes."""
         if u not in self.memo:
             if u.op is Ops.GEP:
-                self.memo[u] = UOp(Ops.GEP, u.dtype, (self.vec(u.src[0]),), u.arg) if self.depends[u.src[0]] else u.src[0]
+                self.memo[u] = (
+                    UOp(Ops.GEP, u.dtype, (self.vec(u.src[0]),), u.arg) if self.depends[u.src[0]] else u.src[0]
+                )
             else:
                 self.memo[u] = u.replace(src=tuple(self.scalar(s) for s in u.src)) if u.src else u
         return self.memo[u]
@@ -101,8 +103,9 @@ class Vectorizer:
 def vectorize(sink: UOp) -> UOp:
     """The kernel with its lane variable (if it has one) turned into vector operations."""
     lane = next((u for u in sink.toposort() if is_lane(u)), None)
-    if lane is None:
-        return sink
+    if lane is None:  # simplifying removed every use of the lane: lane i of a scalar is the scalar
+        scalar_geps = {u: u.src[0] for u in sink.toposort() if u.op is Ops.GEP and u.src[0].dtype.count == 1}
+        return sink.substitute(scalar_geps) if scalar_geps else sink
     v = Vectorizer(sink, lane)
     stores = [new for store in sink.src for new in (v.store(store) if store.op is Ops.STORE else [v.scalar(store)])]
     return sink.replace(src=tuple(stores))

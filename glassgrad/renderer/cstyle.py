@@ -73,8 +73,10 @@ class CStyleRenderer(Renderer):
         """A vector type (aligned like its vector) and its unaligned twin for loads and stores at any element."""
         element = "unsigned char" if dtype.scalar == dtypes.bool else self.type_names[dtype.scalar]
         name, size = self.type_name(dtype), dtype.scalar.itemsize * dtype.count
-        return [f"typedef {element} {name} __attribute__((vector_size({size})));",
-                f"typedef {element} {name}_u __attribute__((vector_size({size}), aligned({dtype.scalar.itemsize})));"]
+        return [
+            f"typedef {element} {name} __attribute__((vector_size({size})));",
+            f"typedef {element} {name}_u __attribute__((vector_size({size}), aligned({dtype.scalar.itemsize})));",
+        ]
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype.count > 1:
@@ -135,17 +137,22 @@ class CStyleRenderer(Renderer):
     def _fn_suffix(self, dtype: DType) -> str:
         return self.type_name(dtype).replace(" ", "_")
 
-    def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
-        """The C expression of one op on vectors: a vector op where C's matches the scalar one, else lane by lane."""
+    def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
+                          scalars: list[str | None]) -> str:  # fmt: skip
+        """The C expression of one op on vectors: a vector op where C's matches the scalar one, else lane by lane.
+
+        `scalars` holds, for each source that repeats one scalar in every lane, that scalar: C vector ops and lane-wise
+        forms take it as it is."""
         if op in self.native_vector_ops and dtype.scalar != dtypes.bool:
-            return f"({args[0]}{self.infix[op]}{args[1]})"
+            a, b = (s or arg for s, arg in zip(scalars, args))
+            return f"({a}{self.infix[op]}{b})"
         if op is Ops.NEG and dtype.scalar != dtypes.bool:
             return f"(-{args[0]})"
         if op is Ops.MULACC and self.fuse_mulacc and dtype.scalar in (dtypes.float32, dtypes.float64):
             return f"{self.type_name(dtype)}_fma({', '.join(args)})"
         lanes = []
         for i in range(dtype.count):
-            lane_args = [f"{a}[{i}]" if s.dtype.count > 1 else a for a, s in zip(args, src)]
+            lane_args = [f"{a}[{i}]" if scalar is None else scalar for a, scalar in zip(args, scalars)]
             if op is Ops.CAST:
                 lanes.append(self.render_cast(lane_args[0], src[0].dtype.scalar, dtype.scalar))
             elif op is Ops.BITCAST:
@@ -196,7 +203,9 @@ class CStyleRenderer(Renderer):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
             nan_check = "a != a || " if dtypes.is_float(dtype) else ""
             lines.append(f"static inline {t} gg_max_{f}({t} a, {t} b) {{ return ({nan_check}a > b) ? a : b; }}")
-        if any(u.dtype.scalar == dtypes.bfloat16 or any(s.dtype.scalar == dtypes.bfloat16 for s in u.src) for u in program):
+        if any(
+            u.dtype.scalar == dtypes.bfloat16 or any(s.dtype.scalar == dtypes.bfloat16 for s in u.src) for u in program
+        ):
             lines += [
                 "static inline float gg_bf2f(unsigned short x) { union { unsigned int u; float f; } v;"
                 " v.u = (unsigned int)x << 16; return v.f; }",
@@ -221,6 +230,7 @@ class CKernelWriter:
         self.depth = 1
         self.counts: dict[str, int] = {}
         self.uses: dict[UOp, int] = {}
+        self.broadcasts: dict[UOp, str] = {}  # VECTORIZE nodes of one scalar repeated: that scalar's C expression
         for u in program:
             for s in u.src:
                 self.uses[s] = self.uses.get(s, 0) + 1
@@ -290,8 +300,12 @@ class CKernelWriter:
         self.line(f"{self.names[u.src[0]]} = {self.names[u.src[1]]};")
 
     def vectorize(self, u: UOp) -> None:
+        if all(s is u.src[0] for s in u.src):  # a broadcast: ops that take a scalar beside a vector read the scalar
+            self.broadcasts[u] = self.names[u.src[0]]
         name = self.names[u] = self.fresh("vec")
-        self.line(f"{self.r.type_name(u.dtype)} {name} = ({self.r.type_name(u.dtype)}){{{', '.join(self.names[s] for s in u.src)}}};")
+        self.line(
+            f"{self.r.type_name(u.dtype)} {name} = ({self.r.type_name(u.dtype)}){{{', '.join(self.names[s] for s in u.src)}}};"
+        )
 
     def gep(self, u: UOp) -> None:
         self.names[u] = f"{self.names[u.src[0]]}[{u.arg}]"
@@ -299,10 +313,11 @@ class CKernelWriter:
     def alu(self, u: UOp) -> None:
         args = [self.names[s] for s in u.src]
         if u.dtype.count > 1:  # a vector: always its own statement, since lane-wise forms read it lane by lane
+            scalars = [self.broadcasts.get(s) for s in u.src]
             expr = None
             if u.op is Ops.CAST:
                 expr = self.r.render_vector_cast(args[0], u.src[0].dtype, u.dtype)
-            expr = expr or self.r.render_vector_alu(u.op, u.dtype, args, u.src)
+            expr = expr or self.r.render_vector_alu(u.op, u.dtype, args, u.src, scalars)
             name = self.names[u] = self.fresh("alu")
             self.line(f"{self.r.type_name(u.dtype)} {name} = {expr};")
             return
