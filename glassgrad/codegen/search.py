@@ -22,10 +22,8 @@ UNROLL_AMOUNTS = (2, 4, 8, 16)
 TILE_AMOUNTS = (2, 4, 8, 16)
 MAX_LANES = 256  # outputs and unrolled terms per iteration: beyond this the code stops fitting in registers
 TIMING_RUNS = 3
-SLOW_FACTOR = 3.0
-PLAIN_LOOPS_LIMIT = (
-    2**24
-)  # outputs times reduced terms: a kernel this small is also timed without any opts  # a candidate this much slower than the best after one run is not timed again
+SLOW_FACTOR = 3.0  # a candidate this much slower than the best after one run is not timed again
+PLAIN_LOOPS_LIMIT = 2**24  # outputs times reduced terms: a kernel this small is also timed without any opts
 
 
 def output_shape(ast: UOp) -> tuple[int, ...]:
@@ -66,11 +64,17 @@ def actions(ast: UOp) -> list[Opt]:
     """Every single action that might apply to this kernel."""
     out = output_shape(ast)
     reduce = main_reduce(ast)
-    found = [Opt("UPCAST", a, n) for a in range(len(out)) for n in UPCAST_AMOUNTS]
+    found = [Opt("UPCAST", a, n) for a in range(len(out)) for n in _amounts(UPCAST_AMOUNTS, out[a])]
     found += [Opt("TILE", a, n) for a in range(len(out)) for n in TILE_AMOUNTS]
     if reduce is not None:
-        found += [Opt("UNROLL", a, n) for a in reduce.arg[1] for n in UNROLL_AMOUNTS]
+        full = reduce.src[0].shape
+        found += [Opt("UNROLL", a, n) for a in reduce.arg[1] for n in _amounts(UNROLL_AMOUNTS, full[a])]
     return found
+
+
+def _amounts(amounts: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """The usual amounts, and the whole axis where it is short and none of them divides it (a 3x3 window, 5, 7)."""
+    return amounts if size > max(amounts) or size in amounts else (*amounts, size)
 
 
 class Timer:
