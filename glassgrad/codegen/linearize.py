@@ -61,12 +61,14 @@ class Linearizer:
     def _emit_reduce(self, node: UOp) -> UOp:
         """acc = identity; for (ranges) { acc = acc op value }; users then read acc.
 
-        Every other reduction over the same loops that can run here joins this loop with its own accumulator."""
+        Every other reduction over the same loops and inside the same outer loops joins it with its own accumulator."""
         from glassgrad.codegen.lowerer import reduce_identity
 
         ranges = list(node.src[1:])
+        # siblings join only if they need exactly the same outer loops: one needing fewer would be recomputed in a
+        # loop it does not depend on, and its accumulator would be out of scope where the outer code reads it
         group = [r for r in self.reduces if r.src[1:] == node.src[1:] and r not in self.emitted
-                 and self.deps[r] <= self.open]  # fmt: skip
+                 and self.deps[r] == self.deps[node]]  # fmt: skip
         for member in group:
             self._emit_ready(member.src[0])
         accs = []
