@@ -122,7 +122,7 @@ def _print_kernel_line(kernel: CompiledKernel, seconds: float) -> None:
     spec = kernel.spec
     gflops = spec.ops / seconds / 1e9 if seconds > 0 else 0.0
     gbs = spec.mem / seconds / 1e9 if seconds > 0 else 0.0
-    name = colored(f"{spec.name:<24}", "blue" if spec.name.startswith("E") else "red")
+    name = (spec.display_name or spec.name) + " " * max(0, 24 - len(spec.name))  # parts coloured by kind
     print(f"*** {kernel.device:<7} {GlobalCounters.kernel_count:4d} {name} tm {seconds * 1e6:9.2f}us "
           f"{gflops:8.2f} GFLOPS {gbs:8.2f} GB/s")  # fmt: skip
 

@@ -59,6 +59,7 @@ class CStyleRenderer(Renderer):
     }  # fmt: skip
 
     fuse_mulacc = False  # MULACC as one fused multiply-add (fmaf) instead of a*b+c rounded twice
+    vector_math = False  # glibc's libmvec is linked: float32 exp2, log2 and sin of a whole vector in one call
     # vector ops whose C vector form computes what the scalar form computes in each lane; the rest run lane by lane
     native_vector_ops = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
 
@@ -150,6 +151,8 @@ class CStyleRenderer(Renderer):
             return f"(-{args[0]})"
         if op is Ops.MULACC and self.fuse_mulacc and dtype.scalar in (dtypes.float32, dtypes.float64):
             return f"{self.type_name(dtype)}_fma({', '.join(args)})"
+        if self._libmvec(op, dtype) is not None:
+            return f"{self.type_name(dtype)}_{op.name.lower()}({args[0]})"
         lanes = []
         for i in range(dtype.count):
             lane_args = [f"{a}[{i}]" if scalar is None else scalar for a, scalar in zip(args, scalars)]
@@ -167,6 +170,25 @@ class CStyleRenderer(Renderer):
         if src.scalar in special or dst.scalar in special:
             return None
         return f"__builtin_convertvector({x}, {self.type_name(dst)})"
+
+    # libmvec's vector variants by lane count: (name prefix, the macro that says the CPU has them, the vector type)
+    LIBMVEC = {16: ("_ZGVeN16v_", "__AVX512F__", "__m512"), 8: ("_ZGVdN8v_", "__AVX2__", "__m256"),
+               4: ("_ZGVbN4v_", "__SSE2__", "__m128")}  # fmt: skip
+
+    def _libmvec(self, op: Ops, dtype: DType) -> tuple[str, str, str] | None:
+        if not self.vector_math or dtype.scalar != dtypes.float32 or op not in (Ops.EXP2, Ops.LOG2, Ops.SIN):
+            return None
+        return self.LIBMVEC.get(dtype.count)
+
+    def math_helper(self, op: Ops, dtype: DType) -> list[str]:
+        """T_exp2(x) and the like: libmvec's vector function where the CPU has its instructions, else lane by lane."""
+        prefix, macro, vtype = self._libmvec(op, dtype)
+        t, fn = self.type_name(dtype), self.float_functions[op][0]
+        lanes = ", ".join(f"{fn}(x[{i}])" for i in range(dtype.count))
+        return [f"#if defined(__x86_64__) && defined({macro})", f"{vtype} {prefix}{fn}({vtype});",
+                f"static inline {t} {t}_{op.name.lower()}({t} x) {{ return ({t}){prefix}{fn}(({vtype})x); }}",
+                "#else", f"static inline {t} {t}_{op.name.lower()}({t} x) {{ return ({t}){{{lanes}}}; }}",
+                "#endif"]  # fmt: skip
 
     def fma_helper(self, dtype: DType) -> list[str]:
         """T_fma(a, b, c): a lane-wise fused multiply-add on a vector (an instruction where the CPU has one)."""
@@ -192,12 +214,15 @@ class CStyleRenderer(Renderer):
         vectors = sorted({u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)},
                          key=lambda d: (d.priority, d.count))  # fmt: skip
         fused = [d for d in vectors if self.fuse_mulacc and any(u.op is Ops.MULACC and u.dtype == d for u in program)]
-        if fused:
+        maths = sorted({(u.op, u.dtype) for u in program if self._libmvec(u.op, u.dtype)}, key=lambda m: (m[0].value, m[1].count))
+        if fused or maths:
             lines.append("#if defined(__x86_64__)\n#include <immintrin.h>\n#endif")
         for dtype in vectors:
             lines += self.vector_typedefs(dtype)
         for dtype in fused:
             lines += self.fma_helper(dtype)
+        for op, dtype in maths:
+            lines += self.math_helper(op, dtype)
         scalar_max = {u.dtype.scalar for u in program if u.op is Ops.MAX}
         for dtype in sorted(scalar_max, key=lambda d: d.priority):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
