@@ -51,6 +51,10 @@ class Linearizer:
         for r in reversed(ranges):
             self.program.append(UOp(Ops.ENDRANGE, dtypes.void, (r,)))
             self.open.discard(r)
+        # values computed inside a loop end with it: a later loop over the same range computes its own
+        closed = frozenset(ranges)
+        for node in [n for n in self.emitted if self.deps.get(n, frozenset()) & closed]:
+            del self.emitted[node]
 
     def _emit_ready(self, root: UOp) -> None:
         """Emit every node under `root` that needs no loop beyond the open ones (loop-invariant code first)."""
