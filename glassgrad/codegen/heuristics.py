@@ -10,6 +10,7 @@ from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
 
 MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hide latency, few enough not to spill
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
+MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take fewer registers: more accumulators
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 
@@ -86,10 +87,13 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
     if reduce is None:
         return opts
     shape = list(ast.src[0].src[1].arg.shape)
-    if vector is not None:
-        shape[vector.axis] //= vector.amount
     loads = [acc for acc in accesses if not acc.is_store]
-    budget = MAX_ACCUMULATORS if vector is not None else MAX_LANES
+    full, reduced = reduce.src[0].shape, sorted(reduce.arg[1])
+    if vector is None and (vector := _vector_unroll(reduce, len(shape), loads, vector_lanes)) is not None:
+        opts.insert(0, vector)  # first, so that it is the one rendered as vector lanes
+    if vector is not None and vector.op == "UPCAST":
+        shape[vector.axis] //= vector.amount
+    budget = MAX_LANES if vector is None else MAX_ACCUMULATORS if vector.op == "UPCAST" else MAX_UNROLL_ACCUMULATORS
     lanes = 1
     reused: set[int] = set()  # loads that already serve several lanes
     # output axes, innermost first, along which some load is constant; prefer one that helps a load not yet reused
@@ -110,18 +114,26 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
         lanes *= amount
         reused |= helped
         candidates.remove(axis)
-    full = reduce.src[0].shape
-    reduced = sorted(reduce.arg[1])
     for axis in reduced:
+        if vector is not None and vector.op == "UNROLL" and axis == vector.axis:
+            continue
         if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= 4 * MAX_LANES:
             opts.append(Opt("UNROLL", axis, full[axis]))
             lanes *= full[axis]
-    if lanes == 1 and vector is None:  # a plain reduction (a row sum): several terms per iteration shorten the chain
+    if lanes == 1 and vector is None:  # a plain reduction: several terms per iteration shorten the chain of adds
         inner = reduced[-1]
-        loop = len(shape) + list(reduce.arg[1]).index(inner)  # the main reduce's loops follow the output's
-        steps_one = all(acc.steps.get(loop, 0) in (0, 1) for acc in loads)
-        width = _vector_width(full[inner], reduce.dtype.itemsize, vector_lanes) if steps_one else 1
-        amount = width if width > 1 else next((a for a in (8, 4, 2) if full[inner] % a == 0 and full[inner] > a), 1)
+        amount = next((a for a in (8, 4, 2) if full[inner] % a == 0 and full[inner] > a), 1)
         if amount > 1:
             opts.append(Opt("UNROLL", inner, amount))
     return opts
+
+
+def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
+    """A vector UNROLL of the innermost reduced axis when every load steps by one element (or stays) along it: each
+    lane accumulates its own partial sum, combined after the loop (a row sum, a convolution's weight gradient)."""
+    inner = max(reduce.arg[1])
+    loop = n_out + list(reduce.arg[1]).index(inner)  # the main reduce's loops follow the output's
+    if not all(acc.steps.get(loop, 0) in (0, 1) for acc in loads):
+        return None
+    width = _vector_width(reduce.src[0].shape[inner], reduce.dtype.itemsize, vector_lanes)
+    return Opt("UNROLL", inner, width) if width > 1 else None
