@@ -98,7 +98,8 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
     reused: set[int] = set()  # loads that already serve several lanes
     # output axes, innermost first, along which some load is constant; prefer one that helps a load not yet reused
     candidates = [a for a in reversed(range(len(shape))) if shape[a] > 1]
-    for _ in range(2):
+    upcasts = 0
+    while upcasts < 2 and candidates:
         usable = [(a, {i for i, acc in enumerate(loads) if acc.steps.get(a, 0) == 0}) for a in candidates]
         usable = [(a, h) for a, h in usable if h and _upcast_amount(shape[a], budget // lanes) > 1]
         if not usable:
@@ -111,6 +112,7 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
             candidates.remove(axis)
             continue
         opts.append(Opt("UPCAST", axis, amount))
+        upcasts += 1
         lanes *= amount
         reused |= helped
         candidates.remove(axis)
