@@ -58,23 +58,26 @@ def time_glassgrad(make, flags: dict, repeats: int) -> float:
 
 
 def bench_matmul(torch, tiny) -> None:
-    rng = np.random.default_rng(0)
     for n in MATMUL_SIZES:
-        work, flops, repeats = f"matmul N={n} GFLOP/s", 2 * n**3, 7 if n < 2048 else 5
-        a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-        record(work, "numpy", flops / median_seconds(lambda: a @ b, repeats=repeats) / 1e9, "GFLOP/s")
-        if torch is not None:
-            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-            record(work, "torch", flops / median_seconds(lambda: ta @ tb, repeats=repeats) / 1e9, "GFLOP/s")
-        ga, gb = Tensor(a).realize(), Tensor(b).realize()
-        assert np.allclose((ga @ gb).numpy(), a @ b, rtol=1e-3, atol=1e-3), "glassgrad's matmul differs from NumPy"
-        for name, flags in glassgrad_modes():
-            record(work, name, flops / time_glassgrad(lambda: ga @ gb, flags, repeats) / 1e9, "GFLOP/s")
-        if tiny is not None:
-            xa, xb = tiny(a).realize(), tiny(b).realize()
-            tiny_repeats = 3 if n >= 2048 else repeats
-            seconds = median_seconds(lambda: (xa @ xb).realize(), repeats=tiny_repeats, warmup=1)
-            record(work, "tinygrad 0.14 (CPU)", flops / seconds / 1e9, "GFLOP/s")
+        bench_matmul_size(n, torch, tiny)
+
+
+def bench_matmul_size(n: int, torch, tiny) -> None:
+    work, flops, repeats = f"matmul N={n} GFLOP/s", 2 * n**3, 7 if n < 2048 else 5
+    rng = np.random.default_rng(n)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    record(work, "numpy", flops / median_seconds(lambda: a @ b, repeats=repeats) / 1e9, "GFLOP/s")
+    if torch is not None:
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        record(work, "torch", flops / median_seconds(lambda: ta @ tb, repeats=repeats) / 1e9, "GFLOP/s")
+    ga, gb = Tensor(a).realize(), Tensor(b).realize()
+    assert np.allclose((ga @ gb).numpy(), a @ b, rtol=1e-3, atol=1e-3), "glassgrad's matmul differs from NumPy"
+    for name, flags in glassgrad_modes():
+        record(work, name, flops / time_glassgrad(lambda: ga @ gb, flags, repeats) / 1e9, "GFLOP/s")
+    if tiny is not None:
+        xa, xb = tiny(a).realize(), tiny(b).realize()
+        seconds = median_seconds(lambda: (xa @ xb).realize(), repeats=3 if n >= 2048 else repeats, warmup=1)
+        record(work, "tinygrad 0.14 (CPU)", flops / seconds / 1e9, "GFLOP/s")
 
 
 def bench_conv(torch, tiny) -> None:

@@ -156,12 +156,12 @@ def load(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 
 
 def lane_var(amount: int, dtype: DType = IDX) -> UOp:
-    """The lanes of a vector UPCAST or UNROLL: one variable 0 .. amount-1 that the vectorizer turns into vector lanes."""
+    """The lanes of a vector UPCAST or UNROLL: one variable 0 .. amount-1, which the vectorizer makes vector lanes."""
     return UOp(Ops.SPECIAL, dtype, (), arg=("lane", amount))
 
 
 def vector_opt(opts: tuple[Opt, ...], vector_lanes: tuple[int, ...]) -> Opt | None:
-    """The optimization rendered as vector lanes: the first UPCAST or UNROLL whose amount the renderer's vectors hold."""
+    """The action rendered as vector lanes: the first UPCAST or UNROLL whose amount the renderer's vectors hold."""
     return next((o for o in opts if o.op in ("UPCAST", "UNROLL") and o.amount in vector_lanes), None)
 
 

@@ -214,7 +214,9 @@ class CStyleRenderer(Renderer):
         vectors = sorted({u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)},
                          key=lambda d: (d.priority, d.count))  # fmt: skip
         fused = [d for d in vectors if self.fuse_mulacc and any(u.op is Ops.MULACC and u.dtype == d for u in program)]
-        maths = sorted({(u.op, u.dtype) for u in program if self._libmvec(u.op, u.dtype)}, key=lambda m: (m[0].value, m[1].count))
+        maths = sorted(
+            {(u.op, u.dtype) for u in program if self._libmvec(u.op, u.dtype)}, key=lambda m: (m[0].value, m[1].count)
+        )
         if fused or maths:
             lines.append("#if defined(__x86_64__)\n#include <immintrin.h>\n#endif")
         for dtype in vectors:
@@ -327,10 +329,9 @@ class CKernelWriter:
     def vectorize(self, u: UOp) -> None:
         if all(s is u.src[0] for s in u.src):  # a broadcast: ops that take a scalar beside a vector read the scalar
             self.broadcasts[u] = self.names[u.src[0]]
-        name = self.names[u] = self.fresh("vec")
-        self.line(
-            f"{self.r.type_name(u.dtype)} {name} = ({self.r.type_name(u.dtype)}){{{', '.join(self.names[s] for s in u.src)}}};"
-        )
+        name, t = self.fresh("vec"), self.r.type_name(u.dtype)
+        self.names[u] = name
+        self.line(f"{t} {name} = ({t}){{{', '.join(self.names[s] for s in u.src)}}};")
 
     def gep(self, u: UOp) -> None:
         self.names[u] = f"{self.names[u.src[0]]}[{u.arg}]"
