@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
 
@@ -12,6 +13,7 @@ MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hid
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
 MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take fewer registers: more accumulators
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
+L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 
 
@@ -116,6 +118,8 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
         lanes *= amount
         reused |= helped
         candidates.remove(axis)
+    if vector is not None and vector.op == "UPCAST" and (tile := _panel_tile(ast, reduce, opts, vector)) is not None:
+        opts.append(tile)
     for axis in reduced:
         if vector is not None and vector.op == "UNROLL" and axis == vector.axis:
             continue
@@ -128,6 +132,21 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
         if amount > 1:
             opts.append(Opt("UNROLL", inner, amount))
     return opts
+
+
+def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | None:
+    """TILE the vector axis so that the part of an input one tile reads along the whole reduction (a matmul's panel of
+    B: K rows by the tile's columns) fits in half of L2: every row block then reads it from cache, and each thread
+    takes whole tiles."""
+    loop = ast.src[0].src[1].arg.shape[vector.axis]
+    width = 1
+    for o in opts:
+        if o.op == "UPCAST" and o.axis == vector.axis:
+            loop, width = loop // o.amount, width * o.amount
+    panel_bytes = prod(reduce.src[0].shape[a] for a in reduce.arg[1]) * width * reduce.dtype.itemsize
+    fits = L2_BUDGET // max(panel_bytes, 1)
+    keep = next((n for n in (64, 32, 16, 8, 4, 2) if n <= fits and loop % n == 0), 1)
+    return Opt("TILE", vector.axis, keep) if 1 < keep < loop else None
 
 
 def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
