@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 
 from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.dtype import DType, dtypes
@@ -188,8 +190,7 @@ class OutputLoops:
             else:
                 tiles.append((o.axis, size // o.amount, stride * o.amount))
                 self.main[o.axis] = (o.amount, stride)
-        loops = [(axis, size, stride) for axis, size, stride in tiles]
-        loops += [(axis, size, stride) for axis, (size, stride) in enumerate(self.main)]
+        loops = tiles + [(axis, size, stride) for axis, (size, stride) in enumerate(self.main)]
         self.ranges = [(axis, make_range(i, size, idx_dtype), stride) for i, (axis, size, stride) in enumerate(loops)]
         self.vector = vector
         self.vector_lane = lane_var(vector.amount, idx_dtype) if vector is not None and vector.op == "UPCAST" else None
@@ -211,15 +212,8 @@ class OutputLoops:
             terms = [list(t) for t in base]
             for (axis, _, stride), lane in zip(scalar, combo):
                 terms[axis].append(terms[axis][0].const_like(lane * stride))
-            result.append(tuple(_sum(t) for t in terms))
+            result.append(tuple(functools.reduce(operator.add, t) for t in terms))
         return result
-
-
-def _sum(terms: list[UOp]) -> UOp:
-    total = terms[0]
-    for t in terms[1:]:
-        total = total + t
-    return total
 
 
 def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, ...] = ()) -> UOp:
