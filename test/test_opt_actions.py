@@ -227,3 +227,12 @@ def test_noopt_gives_plain_loops():
     with Context(NOOPT=1):
         spec = get_program(item.ast, Device["CPU"].renderer)
     assert spec.opts == () and "gg_" not in spec.src and spec.name == "r_32_64"
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8, np.float32])
+def test_vector_max_of_each_dtype_starts_from_its_minimum(dtype):
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else np.finfo(dtype)
+    x = np.full((4, 32), info.min, dtype=dtype)
+    x[1, 5] = info.min + 1
+    got = Tensor(x).realize().max(axis=1).numpy()
+    np.testing.assert_array_equal(got, x.max(axis=1))

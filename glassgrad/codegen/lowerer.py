@@ -143,7 +143,7 @@ def reduce_identity(op: Ops, dtype) -> object:
         return 0
     if op is Ops.MUL:
         return 1
-    return dtypes.min(dtype)
+    return dtypes.min(dtype.scalar)
 
 
 def _is_true(u: UOp) -> bool:
