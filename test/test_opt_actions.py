@@ -236,3 +236,12 @@ def test_vector_max_of_each_dtype_starts_from_its_minimum(dtype):
     x[1, 5] = info.min + 1
     got = Tensor(x).realize().max(axis=1).numpy()
     np.testing.assert_array_equal(got, x.max(axis=1))
+
+
+def test_where_on_a_scalar_condition_in_a_vector_loop():
+    """GCC 12's SLP pass once turned this lane-by-lane select into lanes 1..3 = 0 (the momentum update of SGD)."""
+    a, b = rng.random((5, 4), dtype=np.float32), rng.random((5, 4), dtype=np.float32)
+    for flag in (1, 2):
+        step = Tensor([flag], dtype=dtypes.int32).realize()
+        got = (step == 1).where(Tensor(a), Tensor(b) * 0.9 + Tensor(a)).numpy()
+        np.testing.assert_allclose(got, a if flag == 1 else b * np.float32(0.9) + a, rtol=1e-6)

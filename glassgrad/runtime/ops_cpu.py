@@ -63,8 +63,11 @@ HAS_LIBMVEC = _has_libmvec()
 class CCompiler(Compiler):
     """C -> shared library bytes."""
 
-    # -ffp-contract=off: no fused multiply-adds, so every op rounds as the renderer wrote it (float16 needs that)
-    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=gnu11"]
+    # -ffp-contract=off: no fused multiply-adds beyond the renderer's own, so every op rounds as written (float16 needs
+    # that); -fno-tree-slp-vectorize: GCC 12's SLP pass miscompiles lane-by-lane vector constructors such as
+    # (floatx4){c?a[0]:b[0], ...} inside loops (lanes 1..3 came out 0), and the renderer writes its vectors itself
+    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=off",
+             "-fno-tree-slp-vectorize", "-std=gnu11"]  # fmt: skip
 
     def __init__(self):
         self.cc = find_c_compiler()
