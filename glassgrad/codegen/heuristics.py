@@ -15,6 +15,7 @@ MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take f
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
+MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
 
 
 @dataclass
@@ -123,7 +124,7 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
     for axis in reduced:
         if vector is not None and vector.op == "UNROLL" and axis == vector.axis:
             continue
-        if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= 4 * MAX_LANES:
+        if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= MAX_UNROLLED_TERMS:
             opts.append(Opt("UNROLL", axis, full[axis]))
             lanes *= full[axis]
     if lanes == 1 and vector is None:  # a plain reduction: several terms per iteration shorten the chain of adds
