@@ -107,10 +107,12 @@ class NumpyRenderer(Renderer):
                 pass  # the update before it already wrote the accumulator
             elif i + 1 < len(program) and program[i + 1].op is Ops.ASSIGN and program[i + 1].src[1] is u:
                 # acc = acc op value inside loops: all iterations at once, a reduce over the loops' axes
-                acc = u.src[0]
+                acc = program[i + 1].src[0]
                 loops = ", ".join(names[r] for r in open_loops[loops_at[acc] :]) + ","
                 names[u] = names[acc]
-                lines.append(f"{names[acc]} = reduce({REDUCERS[u.op]}, {src[0]}, {src[1]}, ({loops}))")
+                value = [names[s] for s in u.src if s is not acc]  # MULACC(a, b, acc) adds a*b
+                op, value = (Ops.ADD, f"({value[0]} * {value[1]})") if u.op is Ops.MULACC else (u.op, value[0])
+                lines.append(f"{names[acc]} = reduce({REDUCERS[op]}, {names[acc]}, {value}, ({loops}))")
             else:
                 names[u] = f"alu{i}"
                 lines.append(f"alu{i} = {self.render_alu(u, src)}")

@@ -8,8 +8,9 @@ from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import lower_kernel
-from glassgrad.codegen.opt import Opt
-from glassgrad.helpers import NOOPT
+from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.vectorize import vectorize
+from glassgrad.helpers import BEAM, NOOPT, colored
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
@@ -28,29 +29,67 @@ class ProgramSpec:
     mem: int
     opts: tuple[Opt, ...] = ()
     local_size: tuple[int, ...] | None = None  # threads sharing one global index (Renderer.launch_size)
+    display_name: str = ""  # the name with its parts coloured by kind, for DEBUG output
 
 
-def choose_opts(ast: UOp) -> tuple[Opt, ...]:
-    """The optimization actions a kernel gets: none with NOOPT=1, else the hand-coded heuristics."""
-    return () if NOOPT else tuple(hand_coded_opts(ast))
+def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
+    """The optimization actions a kernel gets: none with NOOPT=1, a BEAM search's with BEAM=N, else the heuristics."""
+    if NOOPT:
+        return ()
+    if BEAM >= 1 and renderer is not None and renderer.device:
+        from glassgrad.codegen.search import beam_search
+
+        return beam_search(ast, renderer.device, int(BEAM))
+    return tuple(hand_coded_opts(ast, renderer.vector_lanes if renderer is not None else ()))
 
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple[Opt, ...] | None = None) -> UOp:
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
-    opts = choose_opts(ast) if opts is None else opts
-    sink = graph_rewrite(lower_kernel(ast, opts), symbolic + collapse_gathers)
+    opts = choose_opts(ast, renderer) if opts is None else opts
+    vector_lanes = renderer.vector_lanes if renderer is not None else ()
+    sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
-    return sink
+    return vectorize(sink)
 
 
-def kernel_name(ast: UOp) -> str:
-    """E_ for elementwise kernels and r_ for reductions, then the loop sizes: E_4, r_16_32."""
-    shape = ast.src[0].src[1].arg.shape
-    reduce_sizes = [node.src[0].shape[a] for node in ast.toposort() if node.op is Ops.REDUCE_AXIS for a in node.arg[1]]
-    prefix = "r" if reduce_sizes else "E"
-    sizes = [s for s in shape if s != 1] + reduce_sizes
-    return f"{prefix}_" + "_".join(str(s) for s in sizes or [1])
+# colours of a kernel name's parts, as in seed 003: output loops blue (tiles cyan), reduce loops red, upcast lanes
+# yellow, unrolled lanes magenta
+NAME_COLORS = {"tile": "cyan", "loop": "blue", "reduce": "red", "UPCAST": "yellow", "UNROLL": "magenta"}
+
+
+def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
+    """The sizes a kernel's name lists, each with its kind: loops first, then reduce loops, then lanes."""
+    shape = list(ast.src[0].src[1].arg.shape)
+    tiles, lanes = [], []
+    for o in opts:
+        if o.op == "UPCAST":
+            shape[o.axis] //= o.amount
+            lanes.append((o.amount, "UPCAST"))
+        elif o.op == "TILE":
+            tiles.append((shape[o.axis] // o.amount, "tile"))
+            shape[o.axis] = o.amount
+    main = main_reduce(ast)
+    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    reduces = []
+    for node in ast.toposort():
+        if node.op is Ops.REDUCE_AXIS:
+            for a in node.arg[1]:
+                amount = unroll.get(a, 1) if node is main else 1
+                reduces.append((node.src[0].shape[a] // amount, "reduce"))
+    lanes += [(o.amount, "UNROLL") for o in opts if o.op == "UNROLL"]
+    parts = tiles + [(s, "loop") for s in shape] + reduces
+    return [(s, kind) for s, kind in parts if s != 1] + lanes
+
+
+def kernel_name(ast: UOp, opts: tuple[Opt, ...] = (), color: bool = False) -> str:
+    """E_ for elementwise kernels and r_ for reductions, then the loop sizes and lanes: E_4, r_16_32, r_64_8_512_16_4.
+
+    With color, each size is coloured by kind (NAME_COLORS); the plain name is the C function's."""
+    parts = name_parts(ast, opts)
+    prefix = "r" if any(node.op is Ops.REDUCE_AXIS for node in ast.toposort()) else "E"
+    sizes = [colored(str(s), NAME_COLORS[kind]) if color else str(s) for s, kind in parts] or ["1"]
+    return f"{prefix}_" + "_".join(sizes)
 
 
 def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
@@ -71,7 +110,7 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
         elif u.op in (Ops.LOAD, Ops.STORE):
             mem += trips * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
         elif u.op in GroupOp.ALU and u not in indexing:
-            ops += trips * u.dtype.count
+            ops += trips * u.dtype.count * (2 if u.op is Ops.MULACC else 1)  # a fused multiply-add is two
     return ops, mem
 
 
@@ -79,18 +118,19 @@ def _outside_loop_vars(u: UOp) -> bool:
     return u.op is not Ops.RANGE
 
 
-def outer_output_loop(program: list[UOp], output_dims: int) -> UOp | None:
+def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
     """The outermost loop over output elements: its iterations are independent, so threads can split it."""
-    return next((u for u in program if u.op is Ops.RANGE and u.arg < output_dims), None)
+    return next((u for u in program if u.op is Ops.RANGE and u.arg < output_loops), None)
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
-    opts = choose_opts(ast) if opts is None else opts
-    program = linearize(full_rewrite_to_sink(ast, renderer, opts))
-    name = kernel_name(ast)
+    opts = choose_opts(ast, renderer) if opts is None else opts
+    sink = full_rewrite_to_sink(ast, renderer, opts)
+    program = linearize(sink)
+    name = kernel_name(ast, opts)
     ops, mem = count_ops_and_mem(program)
-    outer = outer_output_loop(program, len(ast.src[0].src[1].arg.shape))
+    outer = outer_output_loop(program, sink.arg or 0)
     global_size, local_size = renderer.launch_size(program, outer)
     return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts,
-                       local_size)  # fmt: skip
+                       local_size, kernel_name(ast, opts, color=True))  # fmt: skip

@@ -51,6 +51,10 @@ class Linearizer:
         for r in reversed(ranges):
             self.program.append(UOp(Ops.ENDRANGE, dtypes.void, (r,)))
             self.open.discard(r)
+        # values computed inside a loop end with it: a later loop over the same range computes its own
+        closed = frozenset(ranges)
+        for node in [n for n in self.emitted if self.deps.get(n, frozenset()) & closed]:
+            del self.emitted[node]
 
     def _emit_ready(self, root: UOp) -> None:
         """Emit every node under `root` that needs no loop beyond the open ones (loop-invariant code first)."""
@@ -61,12 +65,14 @@ class Linearizer:
     def _emit_reduce(self, node: UOp) -> UOp:
         """acc = identity; for (ranges) { acc = acc op value }; users then read acc.
 
-        Every other reduction over the same loops that can run here joins this loop with its own accumulator."""
+        Every other reduction over the same loops and inside the same outer loops joins it with its own accumulator."""
         from glassgrad.codegen.lowerer import reduce_identity
 
         ranges = list(node.src[1:])
+        # siblings join only if they need exactly the same outer loops: one needing fewer would be recomputed in a
+        # loop it does not depend on, and its accumulator would be out of scope where the outer code reads it
         group = [r for r in self.reduces if r.src[1:] == node.src[1:] and r not in self.emitted
-                 and self.deps[r] <= self.open]  # fmt: skip
+                 and self.deps[r] == self.deps[node]]  # fmt: skip
         for member in group:
             self._emit_ready(member.src[0])
         accs = []
@@ -77,12 +83,19 @@ class Linearizer:
             self.program.append(accs[-1])
         self._open_loops(ranges)
         for member, acc in zip(group, accs):
-            update = acc.alu(member.arg, self.emit(member.src[0]))
+            update = self._update(member, acc)
             self.program += [update, UOp(Ops.ASSIGN, member.dtype, (acc, update))]
         self._close_loops(ranges)
         for member, acc in zip(group, accs):
             self.emitted[member] = acc
         return self.emitted[node]
+
+    def _update(self, member: UOp, acc: UOp) -> UOp:
+        """acc op value; a float sum of products accumulates with MULACC, which a renderer may fuse (as BLAS does)."""
+        value = member.src[0]
+        if member.arg is Ops.ADD and value.op is Ops.MUL and member.dtype.scalar in (dtypes.float32, dtypes.float64):
+            return UOp(Ops.MULACC, member.dtype, (self.emit(value.src[0]), self.emit(value.src[1]), acc))
+        return acc.alu(member.arg, self.emit(value))
 
 
 def linearize(sink: UOp) -> list[UOp]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 
 from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.dtype import DType, dtypes
@@ -44,9 +46,10 @@ class Lowerer:
     """
 
     def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None,
-                 idx_dtype: DType = IDX):  # fmt: skip
+                 idx_dtype: DType = IDX, vector_unroll: int | None = None):  # fmt: skip
         self.next_axis, self.idx_dtype = first_free_axis, idx_dtype
         self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL acts on the loops of one REDUCE_AXIS
+        self.vector_unroll = vector_unroll  # the reduced axis whose unrolled lanes are vector lanes, if any
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
 
@@ -89,28 +92,41 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
+                if size % self._unroll(node, axis):
+                    raise ValueError(
+                        f"UNROLL({axis}, {self._unroll(node, axis)}) does not divide the reduced axis of {size}"
+                    )
                 ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
         return self.reduce_ranges[node]
 
     def _lower_reduce(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
-        """A reduction opens a loop for each reduced axis and accumulates over it (unrolled lanes combined first)."""
+        """A reduction opens a loop for each reduced axis and accumulates over it (unrolled lanes combined first).
+
+        Vector lanes of an UNROLL accumulate side by side, each into its own lane, and are combined after the loop."""
         op, axes = node.arg
         src = node.src[0]
         if prod(src.shape[a] for a in axes) == 0:
             return UOp.const(node.dtype, reduce_identity(op, node.dtype))
         ranges = self._ranges_of(node)
+        vector_axis = self.vector_unroll if node is self.unrolled and self.vector_unroll in axes else None
+        lane = lane_var(self._unroll(node, vector_axis), self.idx_dtype) if vector_axis is not None else None
         lanes = []
-        for combo in itertools.product(*(range(self._unroll(node, a)) for a in axes)):
+        for combo in itertools.product(*(range(1 if a == vector_axis else self._unroll(node, a)) for a in axes)):
             inner = list(idxs)
-            for axis, lane in zip(axes, combo):
+            for axis, k in zip(axes, combo):
                 amount = self._unroll(node, axis)
-                inner[axis] = ranges[axis] * amount + lane if amount > 1 else ranges[axis]
+                offset = lane if axis == vector_axis else k
+                inner[axis] = ranges[axis] * amount + offset if amount > 1 else ranges[axis]
             lanes.append(self.value(src, tuple(inner)))
         value = combine_tree(op, lanes)
         loops = [r for r in ranges.values() if r.op is Ops.RANGE]
-        return UOp(Ops.REDUCE, value.dtype, (value, *loops), arg=op) if loops else value
+        if loops:
+            value = UOp(Ops.REDUCE, value.dtype, (value, *loops), arg=op)
+        if lane is None:
+            return value
+        return combine_tree(op, [UOp(Ops.GEP, value.dtype, (value,), arg=i) for i in range(lane.arg[1])])
 
 
 def combine_tree(op: Ops, values: list[UOp]) -> UOp:
@@ -127,7 +143,7 @@ def reduce_identity(op: Ops, dtype) -> object:
         return 0
     if op is Ops.MUL:
         return 1
-    return dtypes.min(dtype)
+    return dtypes.min(dtype.scalar)
 
 
 def _is_true(u: UOp) -> bool:
@@ -141,25 +157,86 @@ def load(buf: UOp, idx: UOp, valid: UOp) -> UOp:
     return UOp(Ops.LOAD, base, (index,))
 
 
-def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = ()) -> UOp:
+def lane_var(amount: int, dtype: DType = IDX) -> UOp:
+    """The lanes of a vector UPCAST or UNROLL: one variable 0 .. amount-1, which the vectorizer makes vector lanes."""
+    return UOp(Ops.SPECIAL, dtype, (), arg=("lane", amount))
+
+
+def vector_opt(opts: tuple[Opt, ...], vector_lanes: tuple[int, ...]) -> Opt | None:
+    """The action rendered as vector lanes: the first UPCAST or UNROLL whose amount the renderer's vectors hold."""
+    return next((o for o in opts if o.op in ("UPCAST", "UNROLL") and o.amount in vector_lanes), None)
+
+
+class OutputLoops:
+    """The loops and lanes of the output axes after UPCAST and TILE split them.
+
+    Each axis starts as one loop of stride 1. UPCAST(a, n) takes its innermost n steps as lanes (the loop keeps
+    size/n, stride*n). TILE(a, n) keeps n iterations in the axis's loop and moves the rest into an outer loop that
+    runs before every other output loop: threads split it, and each tile's inputs stay in cache."""
+
+    def __init__(self, shape: tuple[int, ...], opts: tuple[Opt, ...], vector: Opt | None, idx_dtype: DType):
+        self.main = [(size, 1) for size in shape]
+        tiles: list[tuple[int, int, int]] = []  # (axis, size, stride)
+        self.lanes: list[tuple[int, int, int, Opt]] = []  # (axis, amount, stride, opt)
+        for o in opts:
+            if o.op not in ("UPCAST", "TILE"):
+                continue
+            size, stride = self.main[o.axis]
+            if o.amount < 1 or size % o.amount:
+                raise ValueError(f"{o} does not divide output axis {o.axis}, whose loop has {size} iterations left")
+            if o.op == "UPCAST":
+                self.lanes.append((o.axis, o.amount, stride, o))
+                self.main[o.axis] = (size // o.amount, stride * o.amount)
+            else:
+                tiles.append((o.axis, size // o.amount, stride * o.amount))
+                self.main[o.axis] = (o.amount, stride)
+        loops = tiles + [(axis, size, stride) for axis, (size, stride) in enumerate(self.main)]
+        self.ranges = [(axis, make_range(i, size, idx_dtype), stride) for i, (axis, size, stride) in enumerate(loops)]
+        self.vector = vector
+        self.vector_lane = lane_var(vector.amount, idx_dtype) if vector is not None and vector.op == "UPCAST" else None
+        self.n_loops = len(loops)
+
+    def indices(self) -> list[tuple[UOp, ...]]:
+        """The output index of each axis, once per combination of scalar lanes (the vector lane stays a variable)."""
+        base: list[list[UOp]] = [[] for _ in self.main]
+        for axis, r, stride in self.ranges:
+            base[axis].append(r * stride if stride != 1 else r)
+        scalar = []
+        for axis, amount, stride, o in self.lanes:
+            if o is self.vector:
+                base[axis].append(self.vector_lane * stride if stride != 1 else self.vector_lane)
+            else:
+                scalar.append((axis, amount, stride))
+        result = []
+        for combo in itertools.product(*(range(amount) for _, amount, _ in scalar)):
+            terms = [list(t) for t in base]
+            for (axis, _, stride), lane in zip(scalar, combo):
+                terms[axis].append(terms[axis][0].const_like(lane * stride))
+            result.append(tuple(functools.reduce(operator.add, t) for t in terms))
+        return result
+
+
+def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, ...] = ()) -> UOp:
     """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops.
 
-    UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator)."""
+    UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator). The
+    first UPCAST or UNROLL whose amount is in `vector_lanes` becomes a lane variable instead, which the vectorizer
+    turns into vector operations. The SINK's arg records how many output loops there are."""
     # every buffer stays a kernel argument, even one no value needs (an empty input, an empty output)
     stores: list[UOp] = sorted((n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg)
     shape = ast.src[0].src[1].arg.shape
     if prod(shape) == 0:  # nothing to compute: an empty output
-        return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=ast.arg)
-    upcast = {o.axis: o.amount for o in opts if o.op == "UPCAST"}
-    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+        return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=0)
     idx_dtype = index_dtype(ast)
-    out_ranges = [make_range(axis, size // upcast.get(axis, 1), idx_dtype) for axis, size in enumerate(shape)]
-    lowerer = Lowerer(len(shape), unroll, main_reduce(ast), idx_dtype)
-    for combo in itertools.product(*(range(upcast.get(a, 1)) for a in range(len(shape)))):
-        idxs = tuple(r * upcast[a] + lane if a in upcast else r for a, (r, lane) in enumerate(zip(out_ranges, combo)))
+    vector = vector_opt(opts, vector_lanes)
+    loops = OutputLoops(shape, opts, vector, idx_dtype)
+    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    vector_unroll = vector.axis if vector is not None and vector.op == "UNROLL" else None
+    lowerer = Lowerer(loops.n_loops, unroll, main_reduce(ast), idx_dtype, vector_unroll)
+    for idxs in loops.indices():
         for store in ast.src:
             buf, view, value = store.src
             idx, valid = view.arg.to_indexed(list(idxs))
             index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
             stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs))))
-    return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=ast.arg)
+    return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=loops.n_loops)

@@ -55,9 +55,10 @@ def _pad(text: str, width: int) -> str:
 
 def kernel_name(spec: ProgramSpec) -> str:
     """The kernel's name as DEBUG shows it: colored on a terminal, plain under NO_COLOR=1 or in a pipe."""
-    if _ANSI.search(spec.name):
-        return spec.name if use_color() else plain(spec.name)
-    return colored(spec.name, "red" if spec.name.startswith("r") else "blue")
+    name = spec.display_name or spec.name  # codegen colours each part of the name by kind
+    if _ANSI.search(name):
+        return name if use_color() else plain(name)
+    return colored(name, "red" if name.startswith("r") else "blue")
 
 
 def _rate(amount: float, seconds: float) -> float:

@@ -13,6 +13,7 @@ class Renderer:
     device: str = ""
     unsupported_dtypes: frozenset[DType] = frozenset()
     dialect: PatternMatcher | None = None  # rewrites applied to a kernel before it is linearized
+    vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes

@@ -65,12 +65,30 @@ class CStyleRenderer(Renderer):
         Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>",
     }  # fmt: skip
 
+    fuse_mulacc = False  # MULACC as one fused multiply-add (fmaf) instead of a*b+c rounded twice
+    vector_math = False  # glibc's libmvec is linked: float32 exp2, log2 and sin of a whole vector in one call
+    # vector ops whose C vector form computes what the scalar form computes in each lane; the rest run lane by lane
+    native_vector_ops = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
+
     def type_name(self, dtype: DType) -> str:
         if isinstance(dtype, PtrDType):
             return f"{self.type_name(dtype.base)}*"
+        if dtype.count > 1:
+            return f"gg_{self._fn_suffix(dtype.scalar)}x{dtype.count}"
         return self.type_names[dtype]
 
+    def vector_typedefs(self, dtype: DType) -> list[str]:
+        """A vector type (aligned like its vector) and its unaligned twin for loads and stores at any element."""
+        element = "unsigned char" if dtype.scalar == dtypes.bool else self.type_names[dtype.scalar]
+        name, size = self.type_name(dtype), dtype.scalar.itemsize * dtype.count
+        return [
+            f"typedef {element} {name} __attribute__((vector_size({size})));",
+            f"typedef {element} {name}_u __attribute__((vector_size({size}), aligned({dtype.scalar.itemsize})));",
+        ]
+
     def render_const(self, value, dtype: DType) -> str:
+        if dtype.count > 1:
+            return f"(({self.type_name(dtype)}){{{', '.join([self.render_const(value, dtype.scalar)] * dtype.count)}}})"
         if dtype == dtypes.bool:
             return "1" if value else "0"
         if dtype == dtypes.bfloat16:  # stored as its 16 bits; math on it runs in float after gg_bf2f
@@ -112,6 +130,8 @@ class CStyleRenderer(Renderer):
             return f"gg_max_{self._fn_suffix(dtype)}({args[0]}, {args[1]})"
         if op is Ops.WHERE:
             return f"({args[0]}?{args[1]}:{args[2]})"
+        if op is Ops.MULACC and self.fuse_mulacc and dtype in (dtypes.float32, dtypes.float64):
+            return f"__builtin_fma{'f' if dtype == dtypes.float32 else ''}({args[0]}, {args[1]}, {args[2]})"
         if op is Ops.MULACC:
             return f"(({args[0]}*{args[1]})+{args[2]})"
         if op is Ops.IDIV and dtypes.is_int(dtype) and src[1].op is not Ops.CONST:
@@ -125,14 +145,101 @@ class CStyleRenderer(Renderer):
     def _fn_suffix(self, dtype: DType) -> str:
         return self.type_name(dtype).replace(" ", "_")
 
+    def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
+                          scalars: list[str | None]) -> str:  # fmt: skip
+        """The C expression of one op on vectors: a vector op where C's matches the scalar one, else lane by lane.
+
+        `scalars` holds, for each source that repeats one scalar in every lane, that scalar: C vector ops and lane-wise
+        forms take it as it is."""
+        if op in self.native_vector_ops and dtype.scalar != dtypes.bool:
+            a, b = (s or arg for s, arg in zip(scalars, args))
+            return f"({a}{self.infix[op]}{b})"
+        if op is Ops.NEG and dtype.scalar != dtypes.bool:
+            return f"(-{args[0]})"
+        if op is Ops.MULACC and self.fuse_mulacc and dtype.scalar in (dtypes.float32, dtypes.float64):
+            return f"{self.type_name(dtype)}_fma({', '.join(args)})"
+        if self._libmvec(op, dtype) is not None:
+            return f"{self.type_name(dtype)}_{op.name.lower()}({args[0]})"
+        lanes = []
+        for i in range(dtype.count):
+            lane_args = [f"{a}[{i}]" if scalar is None else scalar for a, scalar in zip(args, scalars)]
+            if op is Ops.CAST:
+                lanes.append(self.render_cast(lane_args[0], src[0].dtype.scalar, dtype.scalar))
+            elif op is Ops.BITCAST:
+                lanes.append(self.render_bitcast(lane_args[0], src[0].dtype.scalar, dtype.scalar))
+            else:
+                lanes.append(self.render_alu(op, dtype.scalar, lane_args, src))
+        return f"(({self.type_name(dtype)}){{{', '.join(lanes)}}})"
+
+    def render_vector_cast(self, x: str, src: DType, dst: DType) -> str | None:
+        """A whole-vector conversion where C's equals the scalar cast (plain numbers, no bool or 16-bit floats)."""
+        special = (dtypes.bool, dtypes.float16, dtypes.bfloat16)
+        if src.scalar in special or dst.scalar in special:
+            return None
+        return f"__builtin_convertvector({x}, {self.type_name(dst)})"
+
+    # libmvec's vector variants by lane count: (name prefix, the macro that says the CPU has them, the vector type)
+    LIBMVEC = {16: ("_ZGVeN16v_", "__AVX512F__", "__m512"), 8: ("_ZGVdN8v_", "__AVX2__", "__m256"),
+               4: ("_ZGVbN4v_", "__SSE2__", "__m128")}  # fmt: skip
+
+    def _libmvec(self, op: Ops, dtype: DType) -> tuple[str, str, str] | None:
+        if not self.vector_math or dtype.scalar != dtypes.float32 or op not in (Ops.EXP2, Ops.LOG2, Ops.SIN):
+            return None
+        return self.LIBMVEC.get(dtype.count)
+
+    def math_helper(self, op: Ops, dtype: DType) -> list[str]:
+        """T_exp2(x) and the like: libmvec's vector function where the CPU has its instructions, else lane by lane."""
+        prefix, macro, vtype = self._libmvec(op, dtype)
+        t, fn = self.type_name(dtype), self.float_functions[op][0]
+        lanes = ", ".join(f"{fn}(x[{i}])" for i in range(dtype.count))
+        return [f"#if defined(__x86_64__) && defined({macro})", f"{vtype} {prefix}{fn}({vtype});",
+                f"static inline {t} {t}_{op.name.lower()}({t} x) {{ return ({t}){prefix}{fn}(({vtype})x); }}",
+                "#else", f"static inline {t} {t}_{op.name.lower()}({t} x) {{ return ({t}){{{lanes}}}; }}",
+                "#endif"]  # fmt: skip
+
+    def fma_helper(self, dtype: DType) -> list[str]:
+        """T_fma(a, b, c): a lane-wise fused multiply-add on a vector (an instruction where the CPU has one)."""
+        t, n, size = self.type_name(dtype), dtype.count, dtype.itemsize
+        scalar_fma = "__builtin_fmaf" if dtype.scalar == dtypes.float32 else "__builtin_fma"
+        intrinsic = {64: ("__AVX512F__", "_mm512_fmadd", "__m512"), 32: ("__FMA__", "_mm256_fmadd", "__m256"),
+                     16: ("__FMA__", "_mm_fmadd", "__m128")}.get(size)  # fmt: skip
+        lines = [f"static inline {t} {t}_fma({t} a, {t} b, {t} c) {{"]
+        if intrinsic is not None:
+            macro, fn, vtype = intrinsic
+            suffix, vsuffix = ("ps", "") if dtype.scalar == dtypes.float32 else ("pd", "d")
+            lines += [f"#if defined(__x86_64__) && defined({macro})",
+                      f"  return ({t}){fn}_{suffix}(({vtype}{vsuffix})a, ({vtype}{vsuffix})b, ({vtype}{vsuffix})c);",
+                      "#else"]  # fmt: skip
+        lines += [f"  {t} r; for (int i = 0; i < {n}; i++) r[i] = {scalar_fma}(a[i], b[i], c[i]); return r;"]
+        if intrinsic is not None:
+            lines.append("#endif")
+        return lines + ["}"]
+
     def prelude(self, program: list[UOp]) -> list[str]:
         """Helper functions the kernel uses (max with NaN propagation, bfloat16 conversions)."""
         lines = ["#include <math.h>"]
-        for dtype in sorted({u.dtype for u in program if u.op is Ops.MAX}, key=lambda d: d.priority):
+        vectors = sorted({u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)},
+                         key=lambda d: (d.priority, d.count))  # fmt: skip
+        fused = [d for d in vectors if self.fuse_mulacc and any(u.op is Ops.MULACC and u.dtype == d for u in program)]
+        maths = sorted(
+            {(u.op, u.dtype) for u in program if self._libmvec(u.op, u.dtype)}, key=lambda m: (m[0].value, m[1].count)
+        )
+        if fused or maths:
+            lines.append("#if defined(__x86_64__)\n#include <immintrin.h>\n#endif")
+        for dtype in vectors:
+            lines += self.vector_typedefs(dtype)
+        for dtype in fused:
+            lines += self.fma_helper(dtype)
+        for op, dtype in maths:
+            lines += self.math_helper(op, dtype)
+        scalar_max = {u.dtype.scalar for u in program if u.op is Ops.MAX}
+        for dtype in sorted(scalar_max, key=lambda d: d.priority):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
             nan_check = "a != a || " if dtypes.is_float(dtype) else ""
             lines.append(f"static inline {t} gg_max_{f}({t} a, {t} b) {{ return ({nan_check}a > b) ? a : b; }}")
-        if any(u.dtype == dtypes.bfloat16 or any(s.dtype == dtypes.bfloat16 for s in u.src) for u in program):
+        if any(
+            u.dtype.scalar == dtypes.bfloat16 or any(s.dtype.scalar == dtypes.bfloat16 for s in u.src) for u in program
+        ):
             lines += [
                 "static inline float gg_bf2f(unsigned short x) { union { unsigned int u; float f; } v;"
                 " v.u = (unsigned int)x << 16; return v.f; }",
@@ -157,6 +264,7 @@ class CKernelWriter:
         self.depth = 1
         self.counts: dict[str, int] = {}
         self.uses: dict[UOp, int] = {}
+        self.broadcasts: dict[UOp, str] = {}  # VECTORIZE nodes of one scalar repeated: that scalar's C expression
         for u in program:
             for s in u.src:
                 self.uses[s] = self.uses.get(s, 0) + 1
@@ -169,17 +277,19 @@ class CKernelWriter:
     def line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
 
-    def index(self, u: UOp) -> tuple[str, str | None]:
-        """The address expression of an INDEX and its guard, if any."""
+    def index(self, u: UOp, dtype: DType) -> tuple[str, str | None]:
+        """The address expression of an INDEX read or written as `dtype` (a vector: from there on), and its guard."""
         buf, idx = self.names[u.src[0]], self.names[u.src[1]]
         gate = self.names[u.src[2]] if len(u.src) > 2 else None
+        if dtype.count > 1:
+            return f"*({self.r.type_name(dtype)}_u*)({buf}+{idx})", gate
         return f"*({buf}+{idx})", gate
 
     def write(self, name: str) -> str:
         handlers: dict[Ops, Callable[[UOp], None]] = {
             Ops.DEFINE_GLOBAL: self.define_global, Ops.CONST: self.const, Ops.RANGE: self.range,
             Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load, Ops.STORE: self.store,
-            Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign,
+            Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign, Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
         }  # fmt: skip
         self.params: list[str] = []
         for u in self.program:
@@ -206,13 +316,13 @@ class CKernelWriter:
         self.line("}")
 
     def load(self, u: UOp) -> None:
-        address, gate = self.index(u.src[0])
+        address, gate = self.index(u.src[0], u.dtype)
         value = address if gate is None else f"({gate}?{address}:{self.r.render_const(0, u.dtype)})"
         name = self.names[u] = self.fresh("val")
         self.line(f"{self.r.type_name(u.dtype)} {name} = {value};")
 
     def store(self, u: UOp) -> None:
-        address, gate = self.index(u.src[0])
+        address, gate = self.index(u.src[0], u.src[1].dtype)
         statement = f"{address} = {self.names[u.src[1]]};"
         self.line(statement if gate is None else f"if ({gate}) {statement}")
 
@@ -223,8 +333,27 @@ class CKernelWriter:
     def assign(self, u: UOp) -> None:
         self.line(f"{self.names[u.src[0]]} = {self.names[u.src[1]]};")
 
+    def vectorize(self, u: UOp) -> None:
+        if all(s is u.src[0] for s in u.src):  # a broadcast: ops that take a scalar beside a vector read the scalar
+            self.broadcasts[u] = self.names[u.src[0]]
+        name, t = self.fresh("vec"), self.r.type_name(u.dtype)
+        self.names[u] = name
+        self.line(f"{t} {name} = ({t}){{{', '.join(self.names[s] for s in u.src)}}};")
+
+    def gep(self, u: UOp) -> None:
+        self.names[u] = f"{self.names[u.src[0]]}[{u.arg}]"
+
     def alu(self, u: UOp) -> None:
         args = [self.names[s] for s in u.src]
+        if u.dtype.count > 1:  # a vector: always its own statement, since lane-wise forms read it lane by lane
+            scalars = [self.broadcasts.get(s) for s in u.src]
+            expr = None
+            if u.op is Ops.CAST:
+                expr = self.r.render_vector_cast(args[0], u.src[0].dtype, u.dtype)
+            expr = expr or self.r.render_vector_alu(u.op, u.dtype, args, u.src, scalars)
+            name = self.names[u] = self.fresh("alu")
+            self.line(f"{self.r.type_name(u.dtype)} {name} = {expr};")
+            return
         if u.op is Ops.CAST:
             expr = self.r.render_cast(args[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.BITCAST:
@@ -243,3 +372,5 @@ class CRenderer(CStyleRenderer):
 
     device = "CPU"
     split_outer_loop = True
+    fuse_mulacc = True  # sums of products accumulate with fused multiply-adds, as BLAS libraries do
+    vector_lanes = (2, 4, 8, 16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import ctypes.util
 import os
 import shutil
 import subprocess
@@ -45,21 +46,39 @@ def find_c_compiler() -> str:
     )
 
 
+def _has_libmvec() -> bool:
+    """Whether glibc's vector math library (exp2f, log2f, sinf of whole vectors; glibc 2.35+) can be linked."""
+    name = ctypes.util.find_library("mvec")
+    if name is None:
+        return False
+    try:
+        return hasattr(ctypes.CDLL(name), "_ZGVbN4v_exp2f")
+    except OSError:
+        return False
+
+
+HAS_LIBMVEC = _has_libmvec()
+
+
 class CCompiler(Compiler):
     """C -> shared library bytes."""
 
-    # -ffp-contract=off: no fused multiply-adds, so every op rounds as the renderer wrote it (float16 needs that)
-    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=gnu11", "-lm"]
+    # -ffp-contract=off: no fused multiply-adds beyond the renderer's own, so every op rounds as written (float16 needs
+    # that); -fno-tree-slp-vectorize: GCC 12's SLP pass miscompiles lane-by-lane vector constructors such as
+    # (floatx4){c?a[0]:b[0], ...} inside loops (lanes 1..3 came out 0), and the renderer writes its vectors itself
+    flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=off",
+             "-fno-tree-slp-vectorize", "-std=gnu11"]  # fmt: skip
 
     def __init__(self):
         self.cc = find_c_compiler()
-        self.cache_key = f"{self.cc} {' '.join(self.flags)}"
+        self.libs = ["-lm"] + (["-lmvec"] if HAS_LIBMVEC else [])  # after the source, so the linker keeps them
+        self.cache_key = f"{self.cc} {' '.join(self.flags)} -x c - {' '.join(self.libs)}"
 
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
             try:
-                done = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out], input=src.encode(),
+                done = subprocess.run([self.cc, *self.flags, "-x", "c", "-", "-o", out, *self.libs], input=src.encode(),
                                       capture_output=True)  # fmt: skip
             except FileNotFoundError:
                 raise RuntimeError(f"C compiler {self.cc!r} not found; install gcc or set CC to a compiler") from None
@@ -113,4 +132,6 @@ class CPUProgram(Program):
 
 class CpuDevice(Compiled):
     def __init__(self, name: str):
-        super().__init__(name, CPUAllocator(), CRenderer(), CCompiler(), CPUProgram)
+        renderer = CRenderer()
+        renderer.vector_math = HAS_LIBMVEC
+        super().__init__(name, CPUAllocator(), renderer, CCompiler(), CPUProgram)

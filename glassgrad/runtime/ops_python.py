@@ -36,8 +36,11 @@ class PythonRenderer(Renderer):
     device = "PYTHON"
 
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
-        position = {u: i for i, u in enumerate(program)}
-        rows = [[u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], u.arg] for u in program]
+        position: dict[UOp, int] = {}  # a value computed in two loops over one range reads its latest copy
+        rows = []
+        for i, u in enumerate(program):
+            rows.append([u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], u.arg])
+            position[u] = i
         return "\n".join([name] + [json.dumps(row) for row in rows])
 
 

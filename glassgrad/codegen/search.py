@@ -1,0 +1,169 @@
+"""BEAM search: time candidate optimizations of a kernel on its device, keep the best N, cache the winner on disk.
+
+`BEAM=N` makes every new kernel search: starting from no optimizations, each round applies every valid action to
+each of the N fastest kernels so far, compiles and times the results on the device (on scratch buffers of the
+kernel's sizes), and keeps the N fastest; it stops when a round finds nothing faster. The chosen actions are stored
+under cache_dir()/beam, keyed by the kernel's AST, the device, its compiler and N, so a second run does not search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.helpers import DEBUG, cache_dir, prod
+from glassgrad.uop.ops import Ops, UOp
+
+UPCAST_AMOUNTS = (2, 3, 4, 8, 16)
+UNROLL_AMOUNTS = (2, 4, 8, 16)
+TILE_AMOUNTS = (2, 4, 8, 16)
+MAX_LANES = 256  # outputs and unrolled terms per iteration: beyond this the code stops fitting in registers
+TIMING_RUNS = 3
+SLOW_FACTOR = 3.0  # a candidate this much slower than the best after one run is not timed again
+PLAIN_LOOPS_LIMIT = 2**24  # outputs times reduced terms: a kernel this small is also timed without any opts
+
+
+def output_shape(ast: UOp) -> tuple[int, ...]:
+    return ast.src[0].src[1].arg.shape
+
+
+def reduce_size(ast: UOp) -> int:
+    reduce = main_reduce(ast)
+    return prod(reduce.src[0].shape[a] for a in reduce.arg[1]) if reduce is not None else 1
+
+
+def valid(ast: UOp, opts: tuple[Opt, ...]) -> bool:
+    """Every action splits a loop into a whole number of pieces, each axis is unrolled once, and lanes stay few."""
+    out, red = list(output_shape(ast)), {}
+    reduce = main_reduce(ast)
+    if reduce is not None:
+        red = {a: reduce.src[0].shape[a] for a in reduce.arg[1]}
+    lanes, unrolled = 1, set()
+    for o in opts:
+        sizes = red if o.op == "UNROLL" else out
+        if o.axis not in (sizes if o.op == "UNROLL" else range(len(out))) or o.amount < 2:
+            return False
+        if sizes[o.axis] % o.amount or sizes[o.axis] == o.amount and o.op == "TILE":
+            return False
+        if o.op == "UNROLL":
+            if o.axis in unrolled:
+                return False
+            unrolled.add(o.axis)
+        if o.op in ("UPCAST", "UNROLL"):
+            lanes *= o.amount
+            sizes[o.axis] //= o.amount
+        else:
+            sizes[o.axis] = o.amount
+    return lanes <= MAX_LANES
+
+
+def actions(ast: UOp) -> list[Opt]:
+    """Every single action that might apply to this kernel."""
+    out = output_shape(ast)
+    reduce = main_reduce(ast)
+    found = [Opt("UPCAST", a, n) for a in range(len(out)) for n in _amounts(UPCAST_AMOUNTS, out[a])]
+    found += [Opt("TILE", a, n) for a in range(len(out)) for n in TILE_AMOUNTS]
+    if reduce is not None:
+        full = reduce.src[0].shape
+        found += [Opt("UNROLL", a, n) for a in reduce.arg[1] for n in _amounts(UNROLL_AMOUNTS, full[a])]
+    return found
+
+
+def _amounts(amounts: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """The usual amounts, and the whole axis where it is short and none of them divides it (a 3x3 window, 5, 7)."""
+    return amounts if size > max(amounts) or size in amounts else (*amounts, size)
+
+
+class Timer:
+    """Compiles and times candidate kernels of one AST on a device, on scratch buffers of the kernel's sizes."""
+
+    def __init__(self, ast: UOp, device: str):
+        from glassgrad.runtime.device import Buffer, Device
+
+        self.ast, self.device = ast, Device[device]
+        globals_ = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        self.bufs = [Buffer(device, max(g.dtype.size, 1), g.dtype.base).ensure_allocated() for g in globals_]
+
+    def seconds(self, opts: tuple[Opt, ...], best: float) -> float:
+        """The median time of a few runs (one, when the first is much slower than `best`); inf if it fails."""
+        from glassgrad.codegen import get_program
+
+        try:
+            spec = get_program(self.ast, self.device.renderer, opts)
+            program = self.device.load(spec.name, spec.src)
+        except Exception as error:  # a candidate the compiler rejects is simply not chosen
+            if DEBUG >= 2:
+                print(f"BEAM: {list(opts)} failed: {error}")
+            return float("inf")
+        handles = [b.handle for b in self.bufs]
+        times = []
+        for _ in range(TIMING_RUNS):
+            start = time.perf_counter()
+            program(*handles, global_size=spec.global_size, wait=True)
+            times.append(time.perf_counter() - start)
+            if times[0] > SLOW_FACTOR * best:
+                break
+        return sorted(times)[len(times) // 2]
+
+
+def _cache_path(ast: UOp, device: str, width: int) -> str:
+    from glassgrad.runtime.device import Device
+
+    dev = Device[device]
+    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{ast!r}"
+    return os.path.join(cache_dir(), "beam", hashlib.sha256(key.encode()).hexdigest() + ".json")
+
+
+def cached_opts(ast: UOp, device: str, width: int) -> tuple[Opt, ...] | None:
+    """The opts a earlier search chose for this kernel, device and width, or None."""
+    path = _cache_path(ast, device, width)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return tuple(Opt(op, axis, amount) for op, axis, amount in json.load(f))
+
+
+def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
+    """The fastest opts a beam of `width` finds for this kernel on `device` (from the disk cache when searched)."""
+    if (found := cached_opts(ast, device, width)) is not None:
+        return found
+    if prod(output_shape(ast)) == 0:
+        return ()
+    from glassgrad.codegen.heuristics import hand_coded_opts
+
+    timer = Timer(ast, device)
+    start = time.perf_counter()
+    # the search starts from the hand-coded opts, and from none where plain loops cannot take long
+    seeds = {tuple(hand_coded_opts(ast, timer.device.renderer.vector_lanes))}
+    if prod(output_shape(ast)) * reduce_size(ast) <= PLAIN_LOOPS_LIMIT:
+        seeds.add(())
+    beam = sorted(((s, timer.seconds(s, float("inf"))) for s in seeds), key=lambda c: c[1])[:width]
+    tried = set(seeds)
+    while True:
+        best = beam[0][1]
+        candidates = []
+        for opts, _ in beam:
+            for action in actions(ast):
+                new = opts + (action,)
+                if new in tried or not valid(ast, new):
+                    continue
+                tried.add(new)
+                candidates.append((new, timer.seconds(new, best)))
+        merged = sorted(beam + candidates, key=lambda c: c[1])[:width]
+        if merged[0][1] >= best:
+            break
+        beam = merged
+    chosen = beam[0][0]
+    if DEBUG >= 1:
+        print(f"BEAM={width}: {list(chosen)} in {time.perf_counter() - start:.1f} s, {len(tried)} candidates, "
+              f"{beam[0][1] * 1e6:.1f} us")  # fmt: skip
+    path = _cache_path(ast, device, width)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump([[o.op, o.axis, o.amount] for o in chosen], f)
+    os.replace(tmp, path)
+    return chosen
