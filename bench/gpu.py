@@ -287,13 +287,19 @@ def main() -> None:
     for fw, r in ok.items():
         for key in [k for k, v in r.items() if isinstance(v, str)]:
             print(f"# {fw} {key}: {r.pop(key)}")
-    keys = list(dict.fromkeys(k for r in ok.values() for k in r))
     torch_figures = ok.get("torch", {})
-    print(f"{'work':<42}" + "".join(f"{fw:>14}" for fw in ok) + "".join(f"{fw + '/torch':>18}" for fw in ok))
+    if copy := torch_figures.get("copy bandwidth GB/s"):  # the elementwise target: a fraction of the card's copy
+        for r in ok.values():
+            if "elementwise GB/s" in r:
+                r["elementwise / copy bandwidth"] = r["elementwise GB/s"] / copy
+    keys = list(dict.fromkeys(k for r in ok.values() for k in r))
+    others = [fw for fw in ok if fw != "torch"]
+    print(f"{'work':<42}" + "".join(f"{fw:>14}" for fw in ok) + "".join(f"{fw + '/torch':>18}" for fw in others))
     for key in keys:
         ref = torch_figures.get(key) or torch_figures.get(key.replace(" (JIT_GRAPH=0)", ""))
         values = [r.get(key) for r in ok.values()]
-        ratios = [v / ref if v is not None and ref and "error" not in key else None for v in values]
+        compared = ref and not any(word in key for word in ("error", "loss", "copy"))
+        ratios = [ok[fw].get(key) / ref if ok[fw].get(key) is not None and compared else None for fw in others]
         cells = "".join(f"{_fmt(v):>14}" for v in values) + "".join(f"{_fmt(x, 'x'):>18}" for x in ratios)
         print(f"{key:<42}{cells}")
 

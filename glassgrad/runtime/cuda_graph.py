@@ -55,15 +55,15 @@ def _graph_device(items: Sequence, bufs: Sequence[Sequence[Buffer]]) -> CudaDevi
     """The one CUDA device every item runs on (a kernel's, or both ends of a copy), else None."""
     from glassgrad.engine.realize import CopyRunner
 
-    devices = set()
+    devices = {}  # by id: a device compares by name, not by hash
     for item, item_bufs in zip(items, bufs):
         if _is_kernel(item):
-            devices.add(item.runner.program.device)
+            devices[id(item.runner.program.device)] = item.runner.program.device
         elif isinstance(item.runner, CopyRunner):
-            devices.update(Device[b.device] for b in item_bufs)
+            devices.update((id(d), d) for d in (Device[b.device] for b in item_bufs))
         else:
             return None
-    (device,) = devices if len(devices) == 1 else (None,)
+    (device,) = devices.values() if len(devices) == 1 else (None,)
     return device if isinstance(device, CudaDevice) else None
 
 
