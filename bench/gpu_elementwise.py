@@ -3,10 +3,11 @@
 Run (on a machine with an NVIDIA GPU): python bench/gpu_elementwise.py      ELEMENTS=268435456 (the default)
 
 The work is bench/gpu.py's 5-op chain ((a + b) * a - b) * 0.5 + 1 over 256M float32; GB/s counts two reads and one
-write. Variants: glassgrad's own kernel (one element a thread) launched with 128 to 1024 threads a block, and
-hand-written kernels doing the same arithmetic with 2, 4 or 8 elements a thread, in float4 loads and stores or as
-a grid-stride loop. PyTorch's device-to-device copy of 1 GiB (read plus write) is the reference. Each kernel's output
-is checked against NumPy. Median of 20 launches timed with CUDA events.
+write. Variants: glassgrad's own kernel, rendered with one element a thread and with THREAD_ITEMS (renderer/cuda.py),
+launched with 128 to 1024 threads a block; hand-written kernels doing the same arithmetic with 4 or 8 elements a
+thread in float4 loads and stores, or 4 scalar elements a thread a block's width apart. PyTorch's device-to-device
+copy of 1 GiB (read plus write) is the reference. Each kernel's output is checked against NumPy. Median of 20
+launches timed with CUDA events.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 from glassgrad import Device, Tensor  # noqa: E402
-from glassgrad.engine.realize import lower_item  # noqa: E402
+from glassgrad.codegen import get_program  # noqa: E402
+from glassgrad.engine.realize import CompiledKernel, buffer_of  # noqa: E402
+from glassgrad.renderer import cuda as cuda_renderer  # noqa: E402
 from glassgrad.runtime import ops_cuda  # noqa: E402
 
 N = int(os.environ.get("ELEMENTS", 1 << 28))
@@ -99,14 +102,19 @@ def main() -> None:
 
     out = ((a + b) * a - b) * 0.5 + 1
     (item,) = [i for i in out.schedule() if i.ast.op.name == "SINK"]
-    exec_item = lower_item(item)
-    bufs = [x.ensure_allocated() for x in exec_item.bufs]
-    for block in (128, 256, 512, 1024):
-        ops_cuda.BLOCK_SIZE = block
-        seconds = event_median(lambda: exec_item.runner(bufs, wait=False))
-        got = np.frombuffer(bufs[0].as_bytes(), np.float32)
-        assert np.array_equal(got, expected), f"glassgrad kernel at {block} threads a block is wrong"
-        rows.append((f"glassgrad kernel, {block} threads a block", nbytes / seconds / 1e9))
+    bufs = [buffer_of(node).ensure_allocated() for node in item.bufs]
+    for items in (1, cuda_renderer.THREAD_ITEMS):
+        saved, cuda_renderer.THREAD_ITEMS = cuda_renderer.THREAD_ITEMS, items
+        spec = get_program(item.ast, cuda_renderer.CUDARenderer())
+        cuda_renderer.THREAD_ITEMS = saved
+        kernel = CompiledKernel("CUDA", spec, device.load(spec.name, spec.src))
+        for block in (128, 256, 512, 1024):
+            ops_cuda.BLOCK_SIZE = block
+            bufs[0].copyin(np.full(N, np.nan, np.float32).tobytes())  # poisoned: every element must be written
+            seconds = event_median(lambda kernel=kernel: kernel(bufs, wait=False))
+            got = np.frombuffer(bufs[0].as_bytes(), np.float32)
+            assert np.array_equal(got, expected), f"glassgrad kernel ({items} a thread, {block} a block) is wrong"
+            rows.append((f"glassgrad kernel, {items} a thread, {block} threads a block", nbytes / seconds / 1e9))
 
     for name, (src, per_thread) in HAND_WRITTEN.items():
         program = ops_cuda.CUDAProgram(device, "k", device.compiler.compile(src))

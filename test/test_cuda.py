@@ -398,3 +398,29 @@ def test_work_off_the_gpu_replays_item_by_item():
         x = random_array((5, 5), seed=s)
         np.testing.assert_array_equal(jitted(Tensor(x, device="CPU")).numpy(), x * 2)
     assert jitted.graph is False
+
+
+# ---- large elementwise kernels: several indices a thread ----
+
+
+def test_a_large_loop_free_kernel_gives_each_thread_several_indices():
+    from glassgrad.renderer.cuda import ITEMS_FROM, THREAD_ITEMS
+
+    x = Tensor(np.ones(ITEMS_FROM + 3, np.float32), device="CPU").realize()
+    (spec,) = _kernels(x * 2 + 1)
+    assert spec.global_size == (-(-(ITEMS_FROM + 3) // THREAD_ITEMS),) and spec.local_size is None
+    assert f"for (int gitem = 0; gitem < {THREAD_ITEMS}; gitem++) {{" in spec.src
+    assert f"int gidx = (blockIdx.x*{THREAD_ITEMS}+gitem)*blockDim.x+threadIdx.x;" in spec.src
+    (small,) = _kernels(x[:1000] * 2)
+    assert small.global_size == (1000,) and "gitem" not in small.src
+    (rows,) = _kernels(x[: 1 << 20].reshape(1 << 14, 64).sum(axis=1))  # a loop of its own: one index a thread
+    assert rows.global_size == (1 << 14,) and "gitem" not in rows.src
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(1 << 20,), ((1 << 20) + 5,), (1025, 1031)])
+def test_several_indices_a_thread_write_every_element(shape):
+    a, b = random_array(shape, seed=1), random_array(shape, seed=2)
+    ta, tb = Tensor(a, device="CUDA"), Tensor(b, device="CUDA")
+    assert_matches(((ta + tb) * ta - tb) * 0.5 + 1, ((a + b) * a - b) * 0.5 + 1)
+    assert_matches(ta.T * 3 if len(shape) == 2 else ta.flip(0) * 3, (a.T if len(shape) == 2 else a[::-1]) * 3)
