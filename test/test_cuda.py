@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from glassgrad import Device, Tensor, dtypes
+from glassgrad import Device, Tensor, TinyJit, dtypes
 from glassgrad.codegen import get_program
 from glassgrad.renderer.cuda import GROUP_THREADS, CUDARenderer, float_to_half_bits
 from glassgrad.runtime import ops_cuda
@@ -296,3 +296,131 @@ def test_shared_reductions_of_ints_bools_nan_and_several_accumulators():
     x = random_array((6, 5000), dtypes.float64, seed=8)
     t = Tensor(x, device="CUDA")
     assert_matches((t - t.mean(axis=1, keepdim=True)).square().mean(axis=1), x.var(axis=1), rtol=1e-9)
+
+
+# ---- TinyJit replays through a CUDA graph ----
+
+
+def _jit_runs(fn, inputs: list[tuple[np.ndarray, ...]], graph: bool) -> tuple[list[np.ndarray], TinyJit, int]:
+    """fn under TinyJit on each input set, with or without graphs: the outputs, the jit, the graph launches."""
+    from glassgrad import Context
+    from glassgrad.runtime.cuda_graph import CUDAGraph
+
+    jitted, launches = TinyJit(fn), CUDAGraph.launches
+    with Context(JIT_GRAPH=int(graph)):
+        outs = [jitted(*(Tensor(a, device="CUDA") for a in arrays)).numpy() for arrays in inputs]
+    return outs, jitted, CUDAGraph.launches - launches
+
+
+def _several_kernels(a: Tensor, b: Tensor) -> Tensor:
+    h = (a @ b).relu() + a.sum(axis=1, keepdim=True)  # a matmul, a reduction through shared memory, elementwise
+    return (h - h.max(axis=1, keepdim=True)).exp().sum(axis=0) * 0.5
+
+
+@needs_gpu
+def test_jit_replays_through_a_graph_bit_for_bit_and_honours_each_calls_inputs():
+    inputs = [(random_array((33, 300), seed=s), random_array((300, 7), seed=s + 100)) for s in range(6)]
+    with_graph, jitted, launches = _jit_runs(_several_kernels, inputs, graph=True)
+    without, plain, plain_launches = _jit_runs(_several_kernels, inputs, graph=False)
+    assert launches == 4 and plain_launches == 0  # calls 3 to 6 replay; JIT_GRAPH=0 replays kernel by kernel
+    assert jitted.graph and plain.graph is None and len(jitted.graph.items) == len(jitted.items) > 2
+    for step, (g, p, (a, b)) in enumerate(zip(with_graph, without, inputs)):
+        assert np.array_equal(g.view(np.uint32), p.view(np.uint32)), f"call {step + 1}"
+        expected = np.maximum(a @ b, 0) + a.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(g, (np.exp(expected - expected.max(axis=1, keepdims=True)).sum(0) * 0.5), 1e-4)
+
+
+@needs_gpu
+def test_a_graph_updates_its_nodes_for_new_inputs_rather_than_being_built_again():
+    jitted = TinyJit(lambda a, b: (a * b + a).sum(axis=0))
+    sets = [(random_array((50, 9), seed=s), random_array((50, 9), seed=s + 50)) for s in range(3)]
+    tensors = [tuple(Tensor(x, device="CUDA").realize() for x in pair) for pair in sets]
+    order = [0, 1, 2, 1, 0, 2, 2]  # the same buffers again, and others in between
+    graphs = []
+    for n in order:
+        out = jitted(*tensors[n]).numpy()
+        a, b = sets[n]
+        np.testing.assert_allclose(out, (a * b + a).sum(axis=0), rtol=1e-5, atol=1e-5)
+        graphs.append(jitted.graph)
+    assert graphs[2] and all(g is graphs[2] for g in graphs[2:])
+
+
+@needs_gpu
+def test_a_jitted_training_step_trains_the_same_with_and_without_graphs():
+    from glassgrad.nn.optim import Adam
+
+    rng = np.random.default_rng(3)
+    w1, w2 = rng.standard_normal((12, 16)).astype(np.float32), rng.standard_normal((16, 3)).astype(np.float32)
+    batches = [(rng.standard_normal((20, 12)).astype(np.float32), rng.standard_normal((20, 3)).astype(np.float32))
+               for _ in range(8)]  # fmt: skip
+
+    def train(graph: bool) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+        params = [Tensor(w, device="CUDA", requires_grad=True) for w in (w1, w2)]
+        optimizer = Adam(params, lr=0.01)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            with Tensor.train():
+                optimizer.zero_grad()
+                loss = ((x @ params[0]).relu() @ params[1] - y).square().mean().backward()
+                optimizer.step()
+                return loss
+
+        losses, jitted, launches = _jit_runs(step, batches, graph)
+        return losses, [p.numpy() for p in params], launches
+
+    graph_losses, graph_params, launches = train(graph=True)
+    plain_losses, plain_params, _ = train(graph=False)
+    assert launches == len(batches) - 2
+    assert [x.tobytes() for x in graph_losses] == [x.tobytes() for x in plain_losses]
+    assert all(np.array_equal(g, p) for g, p in zip(graph_params, plain_params))
+    assert graph_losses[-1] < graph_losses[0]
+
+
+@needs_gpu
+def test_a_graph_holds_copies_within_the_gpu_and_updates_them():
+    from glassgrad.engine.realize import CopyRunner, ExecItem
+    from glassgrad.runtime.cuda_graph import graph_for
+
+    data = [random_array((1000,), seed=s) for s in range(3)]
+    src = [Buffer("CUDA", 1000, dtypes.float32).copyin(d.tobytes()) for d in data]
+    dst = Buffer("CUDA", 1000, dtypes.float32)
+    items = [ExecItem(CopyRunner(), [dst, src[0]])]
+    graph = graph_for(items, [items[0].bufs])
+    for n in (0, 1, 2, 0):
+        graph([[dst, src[n]]])
+        assert np.array_equal(np.frombuffer(dst.as_bytes(), np.float32), data[n])
+
+
+@needs_gpu
+def test_work_off_the_gpu_replays_item_by_item():
+    jitted = TinyJit(lambda a: (a.to("CUDA") * 2).realize())  # a copy from the CPU: no graph
+    for s in range(4):
+        x = random_array((5, 5), seed=s)
+        np.testing.assert_array_equal(jitted(Tensor(x, device="CPU")).numpy(), x * 2)
+    assert jitted.graph is False
+
+
+# ---- large elementwise kernels: several indices a thread ----
+
+
+def test_a_large_loop_free_kernel_gives_each_thread_several_indices():
+    from glassgrad.renderer.cuda import ITEMS_FROM, THREAD_ITEMS
+
+    x = Tensor(np.ones(ITEMS_FROM + 3, np.float32), device="CPU").realize()
+    (spec,) = _kernels(x * 2 + 1)
+    assert spec.global_size == (-(-(ITEMS_FROM + 3) // THREAD_ITEMS),) and spec.local_size is None
+    assert f"for (int gitem = 0; gitem < {THREAD_ITEMS}; gitem++) {{" in spec.src
+    assert f"int gidx = (blockIdx.x*{THREAD_ITEMS}+gitem)*blockDim.x+threadIdx.x;" in spec.src
+    (small,) = _kernels(x[:1000] * 2)
+    assert small.global_size == (1000,) and "gitem" not in small.src
+    (rows,) = _kernels(x[: 1 << 20].reshape(1 << 14, 64).sum(axis=1))  # a loop of its own: one index a thread
+    assert rows.global_size == (1 << 14,) and "gitem" not in rows.src
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(1 << 20,), ((1 << 20) + 5,), (1025, 1031)])
+def test_several_indices_a_thread_write_every_element(shape):
+    a, b = random_array(shape, seed=1), random_array(shape, seed=2)
+    ta, tb = Tensor(a, device="CUDA"), Tensor(b, device="CUDA")
+    assert_matches(((ta + tb) * ta - tb) * 0.5 + 1, ((a + b) * a - b) * 0.5 + 1)
+    assert_matches(ta.T * 3 if len(shape) == 2 else ta.flip(0) * 3, (a.T if len(shape) == 2 else a[::-1]) * 3)

@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.realize import ExecItem, capturing
-from glassgrad.helpers import getenv
+from glassgrad.helpers import DEBUG, getenv
+from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
 from glassgrad.uop.ops import UOp
 
@@ -96,12 +97,13 @@ class TinyJit(Generic[R]):
         self.result: R | None = None
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
+        self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
-        self.sharing, self.internal, self.result_inputs = (), set(), []
+        self.sharing, self.internal, self.result_inputs, self.graph = (), set(), [], None
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -170,8 +172,14 @@ class TinyJit(Generic[R]):
         for item_index, position, input_number in self.input_slots:
             bufs = swapped.setdefault(item_index, list(self.items[item_index].bufs))
             bufs[position] = buffers[input_number]
-        for i, item in enumerate(self.items):
-            item.run(swapped.get(i))
+        bufs = [swapped.get(i, item.bufs) for i, item in enumerate(self.items)]
+        if self.graph is None and cuda_graph.JIT_GRAPH:
+            self.graph = cuda_graph.graph_for(self.items, bufs) or False
+        if self.graph and cuda_graph.JIT_GRAPH:  # one launch for all the kernels (JIT_GRAPH=0: one by one)
+            self.graph(bufs, wait=DEBUG >= 2)
+        else:
+            for item, item_bufs in zip(self.items, bufs):
+                item.run(item_bufs)
         if not self.result_inputs:
             return self.result  # type: ignore[return-value]
         captured = _tensors_in(self.result)

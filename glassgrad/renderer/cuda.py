@@ -49,6 +49,8 @@ def float_to_half_bits(value: float) -> int:
 GROUP_THREADS = 256  # threads that share one iteration of the outer loop, where they do
 GROUP_BELOW = 8192  # outer loops this short leave the GPU idle with one thread per iteration...
 GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
+THREAD_ITEMS = 4  # grid indices each thread of a large loop-free kernel computes: their loads are in flight together
+ITEMS_FROM = 1 << 20  # (bench/gpu_elementwise.py, H100: 0.84 of copy bandwidth with one, 1.02 with four a thread)
 
 
 def grid_loops(program: list[UOp], outer_loop: UOp | None) -> list[UOp]:
@@ -76,6 +78,15 @@ def grid_loops(program: list[UOp], outer_loop: UOp | None) -> list[UOp]:
 
 def size(loop: UOp) -> int:
     return loop.src[0].arg
+
+
+def thread_items(program: list[UOp], grid: list[UOp]) -> int:
+    """How many grid indices one thread computes: THREAD_ITEMS where the kernel has no loop but the grid's (all
+    elementwise) and enough indices to keep every thread busy, else 1."""
+    total = prod(size(loop) for loop in grid)
+    if not grid or total < ITEMS_FROM or total + THREAD_ITEMS * 1024 >= 2**31:  # the last block's indices are ints
+        return 1
+    return THREAD_ITEMS if sum(u.op is Ops.RANGE for u in program) == len(grid) else 1
 
 
 def shared_loops(program: list[UOp], grid: list[UOp]) -> dict[UOp, UOp]:
@@ -125,7 +136,8 @@ class CUDARenderer(CStyleRenderer):
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""
         grid = grid_loops(program, outer_loop)
         local = (GROUP_THREADS,) if shared_loops(program, grid) else None
-        return ((prod(size(loop) for loop in grid),) if grid else None), local
+        threads = -(-prod(size(loop) for loop in grid) // thread_items(program, grid))
+        return ((threads,) if grid else None), local
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.float16:
@@ -163,6 +175,7 @@ class CUDAKernelWriter(CKernelWriter):
         super().__init__(renderer, program, outer_loop)
         self.grid = grid_loops(program, outer_loop)
         self.plan = shared_loops(program, self.grid)
+        self.items = thread_items(program, self.grid)
         self.split = set(self.plan.values())
         self.updates: dict[UOp, dict[UOp, UOp]] = {top: {} for top in self.plan}  # accumulators combined after each
         self.partials: dict[str, str] = {}  # a shared array per type, reused by every combine
@@ -191,6 +204,10 @@ class CUDAKernelWriter(CKernelWriter):
                 self.line(f"int {name} = {index}; {{")
             else:
                 gidx = "blockIdx.x" if self.plan else "blockIdx.x*blockDim.x+threadIdx.x"
+                if self.items > 1:  # a fixed count the compiler unrolls: every item's loads issue before any store
+                    self.line(f"for (int gitem = 0; gitem < {self.items}; gitem++) {{")
+                    self.depth += 1
+                    gidx = f"(blockIdx.x*{self.items}+gitem)*blockDim.x+threadIdx.x"  # a block's items lie side by side
                 total = prod(size(loop) for loop in self.grid)
                 self.line(f"int gidx = {gidx}; int {name} = {index}; if (gidx < {total}) {{")
         else:  # the block's threads take turns
@@ -199,6 +216,8 @@ class CUDAKernelWriter(CKernelWriter):
 
     def endrange(self, u: UOp) -> None:
         super().endrange(u)
+        if self.items > 1 and u.src[0] is self.grid[0]:  # the loop over a thread's items
+            super().endrange(u)
         for assign in self.updates.get(u.src[0], {}).values():
             self.combine(assign)
 
