@@ -19,6 +19,15 @@ from glassgrad.uop import Ops
 rng = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    """These are the CPU's actions (C vector types, threads): run them there whatever the default device is."""
+    old = Device.DEFAULT
+    Device.DEFAULT = "CPU"
+    yield
+    Device.DEFAULT = old
+
+
 def inputs(*shapes, dtype=np.float32):
     arrays = [(rng.standard_normal(s) * 3).astype(dtype) for s in shapes]
     return arrays, [Tensor(a).realize() for a in arrays]

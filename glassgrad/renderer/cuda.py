@@ -224,6 +224,7 @@ class CUDAKernelWriter(CKernelWriter):
     def combine(self, assign: UOp) -> None:
         """Every thread's partial accumulator, reduced as a tree in shared memory; each thread reads the total."""
         acc, dtype, op = self.names[assign.src[0]], assign.dtype, assign.src[1].op
+        op = Ops.ADD if op is Ops.MULACC else op  # partial sums of products add up
         if (part := self.partials.get(type_name := self.r.type_name(dtype))) is None:
             part = self.partials[type_name] = self.fresh("part")
             self.line(f"__shared__ {type_name} {part}[{GROUP_THREADS}];")
