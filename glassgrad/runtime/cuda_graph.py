@@ -127,12 +127,15 @@ class CUDAGraph:
         """GlobalCounters as a kernel-by-kernel replay would count; DEBUG>=2 prints one line for the whole graph."""
         from glassgrad.engine.counters import GlobalCounters
 
+        ops, mem = sum(k.spec.ops for k in self.kernels), sum(k.spec.mem for k in self.kernels)
         GlobalCounters.kernel_count += len(self.kernels)
-        GlobalCounters.global_ops += sum(k.spec.ops for k in self.kernels)
-        GlobalCounters.global_mem += sum(k.spec.mem for k in self.kernels)
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
         if seconds is not None:
             GlobalCounters.time_sum_s += seconds
-            print(f"*** {self.device.name:<7} CUDA graph of {len(self.items)} items tm {seconds * 1e6:9.2f}us")
+            per_s = 1 / seconds / 1e9 if seconds else 0.0
+            rates = f"{ops * per_s:9.2f} GFLOPS {mem * per_s:8.2f} GB/s"
+            print(f"*** {self.device.name:<7} CUDA graph of {len(self.items)} items tm {seconds * 1e6:9.2f}us {rates}")
 
     def _update(self, i: int, handles: tuple[int, ...], item_bufs: Sequence[Buffer]) -> None:
         item, node = self.items[i], self.nodes[i]
