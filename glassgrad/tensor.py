@@ -338,8 +338,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def clone(self) -> Tensor:
         """A copy of this tensor with its own buffer."""
-        return self.contiguous() if not self._is_contiguous_buffer() else Tensor(UOp(Ops.CONTIGUOUS, self.dtype,
-                                                                                   (self.uop + 0,)))  # fmt: skip
+        return Tensor._derived(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique())), self)
 
     # ---- creation ----
 

@@ -69,8 +69,11 @@ class RandomMixin:
     def _random_bits(cls, count: int, device: str) -> Tensor:
         """`count` uint32 values from a hash of (seed, counter): each call advances the counter (lazily, by assign)."""
         state = cls._rng_state(device)
+        # the bits read a copy of the state: a kernel reading two draws (rand() @ rand()) would otherwise need the
+        # state's old contents and the ones the first draw's assign wrote, both from the one buffer
+        key = state.clone()
         counter = cls.arange(count, device=device, dtype=dtypes.uint32)
-        bits = _mix32(_mix32(counter + state[1]) ^ state[0])
+        bits = _mix32(_mix32(counter + key[1]) ^ key[0])
         state.assign(state + cls([0, count & 0xFFFFFFFF], device=device, dtype=dtypes.uint32))
         return bits
 

@@ -307,3 +307,25 @@ def test_bad_input_raises_a_clear_error(make, error, message):
 
 def _chi_square(observed: np.ndarray, expected: np.ndarray) -> float:
     return float(((observed - expected) ** 2 / expected).sum())
+
+
+def test_one_kernel_may_read_two_draws():
+    """rand() @ rand() reads the generator's state before and after the first draw advances it, in one graph."""
+    Tensor.manual_seed(7)
+    product = (Tensor.rand(8, 8) @ Tensor.rand(8, 8)).numpy()
+    Tensor.manual_seed(7)
+    a = Tensor.rand(8, 8).numpy()
+    b = Tensor.rand(8, 8).numpy()
+    np.testing.assert_allclose(product, a @ b, rtol=1e-5)
+    assert not np.array_equal(a, b)
+    Tensor.manual_seed(7)
+    np.testing.assert_allclose((Tensor.rand(8, 8).sum(1) + Tensor.rand(8)).numpy(), a.sum(1) + b[0], rtol=1e-5)
+
+
+def test_clones_of_one_buffer_are_separate_copies():
+    x = Tensor([1.0, 2.0]).realize()
+    first, second = x.clone(), x.clone()
+    first.assign(first * 10).realize()
+    np.testing.assert_array_equal(second.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(first.numpy(), [10.0, 20.0])
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
