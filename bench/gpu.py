@@ -99,7 +99,6 @@ def matmul_error(out_rows: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.nd
 
 def measure_torch(PARTS: list[str]) -> dict[str, float]:  # noqa: N803 (the parts to run)
     import torch
-    import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
     sync, out = torch.cuda.synchronize, {}
@@ -140,26 +139,14 @@ def measure_torch(PARTS: list[str]) -> dict[str, float]:  # noqa: N803 (the part
             chain(static)
         out["jit chain (PyTorch CUDA graph) us/kernel"] = per_call(graph.replay, sync, 50) / CHAIN * 1e6
     if "mnist" in PARTS:
-        from torch import nn
+        from bench.mnist import torch_model, torch_step
 
         rng = np.random.default_rng(0)
         X = torch.from_numpy(rng.random((60000, 1, 28, 28), dtype=np.float32)).cuda()
         Y = torch.from_numpy(rng.integers(0, 10, 60000)).cuda()
         torch.manual_seed(0)
-        model = nn.Sequential(
-            nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.BatchNorm2d(64), nn.MaxPool2d(2),
-            nn.Flatten(1), nn.Linear(576, 10),
-        ).cuda()  # fmt: skip
-        optimizer = torch.optim.Adam(model.parameters())
-
-        def step(indices: np.ndarray) -> float:
-            samples = torch.from_numpy(indices).cuda()
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(X[samples]), Y[samples])
-            loss.backward()
-            optimizer.step()
-            return loss.item()
+        model = torch_model().cuda()
+        step = torch_step(model, torch.optim.Adam(model.parameters()), X, Y, device="cuda")
 
         out.update(_mnist_steps(step, rng))
     return out

@@ -78,26 +78,32 @@ def torch_model():
     )  # fmt: skip
 
 
+def torch_step(model, optimizer, X, Y, device: str = "cpu") -> Callable[[np.ndarray], float]:
+    """One eager PyTorch training step on the samples picked by an index array; it returns the loss."""
+    import torch
+    import torch.nn.functional as F
+
+    def step(indices: np.ndarray) -> float:
+        samples = torch.from_numpy(indices).long().to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(X[samples]), Y[samples])
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
 def run_torch(data, batches: np.ndarray) -> Result:
     """PyTorch eager on the CPU: an nn.Sequential of the same layers, torch.optim.Adam."""
     import torch
-    import torch.nn.functional as F
 
     start = time.perf_counter()
     torch.manual_seed(SEED)
     x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in data)
     x_train, x_test, y_train, y_test = x_train.float() / 255.0, x_test.float() / 255.0, y_train.long(), y_test.long()
     model = torch_model()
-    optimizer = torch.optim.Adam(model.parameters())
-
-    def step(indices: np.ndarray) -> float:
-        samples = torch.from_numpy(indices).long()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(x_train[samples]), y_train[samples])
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
+    step = torch_step(model, torch.optim.Adam(model.parameters()), x_train, y_train)
     model.train()
     times, loss = time_steps(step, batches)
     model.eval()

@@ -104,9 +104,8 @@ def measure_lazy(name: str) -> dict[str, float]:
 def measure_torch() -> dict[str, float]:
     """(a) and the eager step for PyTorch: it has no graph to schedule, so its whole step is kernels and dispatch."""
     import torch
-    import torch.nn.functional as F
 
-    from bench.mnist import torch_model
+    from bench.mnist import torch_model, torch_step
 
     a, b = torch.arange(10, dtype=torch.float32), torch.ones(10)
     add_us = median_us(lambda: a + b)
@@ -115,16 +114,9 @@ def measure_torch() -> dict[str, float]:
     torch.manual_seed(0)
     X, Y = torch.from_numpy(images), torch.from_numpy(labels).long()
     model = torch_model()
-    optimizer = torch.optim.Adam(model.parameters())
+    step = torch_step(model, torch.optim.Adam(model.parameters()), X, Y)
 
-    def step(samples):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(X[samples]), Y[samples])
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    batches = [torch.from_numpy(rng.integers(0, 1024, BS)) for _ in range(STEPS + 2)]
+    batches = [rng.integers(0, 1024, BS) for _ in range(STEPS + 2)]
     start = time.perf_counter()
     step(batches[0])
     first = time.perf_counter() - start
