@@ -287,3 +287,17 @@ def test_softmax_before_its_matmul_is_computed_once(device):
     e = np.exp(a - a.max(-1, keepdims=True))
     assert_matches(y, (e / e.sum(-1, keepdims=True)) @ b, rtol=1e-5)
     assert kernels == 4  # max, sum of exp, the softmax itself, the matmul
+
+
+def test_noopt_in_the_middle_of_a_run_compiles_plain_loops():
+    from glassgrad import Context
+    from glassgrad.engine import realize as engine
+
+    x = Tensor(np.arange(64, dtype=np.float32).reshape(4, 16)).realize()
+    (x.sum(axis=1) * 3).realize()
+    with Context(NOOPT=1):
+        (x.sum(axis=1) * 3).realize()  # the same AST: with NOOPT it must get a program of its own, unoptimized
+    by_ast: dict = {}
+    for (_, ast, noopt, _), kernel in engine._kernels.items():
+        by_ast.setdefault(ast, {})[noopt] = kernel.spec.opts
+    assert any(opts[0] != () and opts[1] == () for opts in by_ast.values() if 0 in opts and 1 in opts)

@@ -9,7 +9,7 @@ from glassgrad.codegen import ProgramSpec
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
 from glassgrad.engine.memory import plan_memory
-from glassgrad.helpers import DEBUG
+from glassgrad.helpers import BEAM, DEBUG, NOOPT
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
@@ -42,12 +42,12 @@ class CompiledKernel:
                             wait=wait)  # fmt: skip
 
 
-_kernels: dict[tuple[str, UOp], CompiledKernel] = {}
+_kernels: dict[tuple[str, UOp, int, int], CompiledKernel] = {}
 
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     """Compile an AST for a device once per process (the source is also cached on disk by the compiler)."""
-    key = (device, ast)
+    key = (device, ast, NOOPT.value, BEAM.value)  # the flags choose the optimizations, so each gets its own program
     if key not in _kernels:
         dev = Device[device]
         if DEBUG >= 4:
