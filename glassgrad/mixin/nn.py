@@ -324,26 +324,39 @@ def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int,
     return out if bias is None else out + bias.reshape(1, out_channels, *(1,) * nd)
 
 
-def _conv(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[int], padding: int | Sequence[int] | str,
-          dilation: int | Sequence[int], groups: int, nd: int, op: str) -> Tensor:  # fmt: skip
-    """torch's conv1d/2d/3d: check the arguments, then convolve."""
+def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: str) -> Tensor:
+    """Check a convolution's input, its weight's rank (laid out as `layout`, then the kernel) and `groups`."""
     _check_input(x, nd, op)
     weight = _conv_operand(weight, x, op, "weight")
     if weight.ndim != nd + 2:
         dims = ", ".join("k" + s for s in _spatial_names(nd))
-        raise ValueError(f"{op}: weight must be (out_channels, in_channels / groups, {dims}), got shape {weight.shape}")
+        raise ValueError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+    return weight
+
+
+def _conv_bias(x: Tensor, bias: Any, out_channels: int, op: str) -> Tensor | None:
+    """None, or a bias with one value per output channel."""
+    if bias is None:
+        return None
+    bias = _conv_operand(bias, x, op, "bias")
+    if bias.shape != (out_channels,):
+        raise ValueError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
+    return bias
+
+
+def _conv(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[int], padding: int | Sequence[int] | str,
+          dilation: int | Sequence[int], groups: int, nd: int, op: str) -> Tensor:  # fmt: skip
+    """torch's conv1d/2d/3d: check the arguments, then convolve."""
+    weight = _conv_weight(x, weight, groups, nd, op, "out_channels, in_channels / groups")
     channels, (out_channels, group_channels) = x.shape[-nd - 1], weight.shape[:2]
     if channels != group_channels * groups:
         raise ValueError(f"{op}: input has {channels} channels but weight expects {group_channels * groups} "
                          f"(groups={groups})")  # fmt: skip
     if out_channels % groups:
         raise ValueError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
-    if bias is not None:
-        bias = _conv_operand(bias, x, op, "bias")
-        if bias.shape != (out_channels,):
-            raise ValueError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
+    bias = _conv_bias(x, bias, out_channels, op)
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
     pads = _conv_padding(padding, nd, weight.shape[2:], stride, dilation, op)
@@ -358,13 +371,7 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
 
     The stride - 1 zeros between inputs are multiplied too: stride**nd times the work of skipping them, kept for one
     code path (a sub-pixel split into stride**nd smaller convolutions would avoid it)."""
-    _check_input(x, nd, op)
-    weight = _conv_operand(weight, x, op, "weight")
-    if weight.ndim != nd + 2:
-        dims = ", ".join("k" + s for s in _spatial_names(nd))
-        raise ValueError(f"{op}: weight must be (in_channels, out_channels / groups, {dims}), got shape {weight.shape}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+    weight = _conv_weight(x, weight, groups, nd, op, "in_channels, out_channels / groups")
     channels, kernel = x.shape[-nd - 1], weight.shape[2:]
     if channels != weight.shape[0]:
         raise ValueError(f"{op}: input has {channels} channels but weight expects {weight.shape[0]} (weight is "
@@ -372,10 +379,7 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     if channels % groups:
         raise ValueError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
     out_channels = weight.shape[1] * groups
-    if bias is not None:
-        bias = _conv_operand(bias, x, op, "bias")
-        if bias.shape != (out_channels,):
-            raise ValueError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
+    bias = _conv_bias(x, bias, out_channels, op)
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
     padding = _spatial_arg(padding, nd, op, "padding", minimum=0)
