@@ -1049,7 +1049,7 @@ def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set
     roots = {t.uop.base for t in tensors}
     fresh = {node: assign.base for node, assign in kernelized.items() if assign.base.op is Ops.ASSIGN
              and assign.base not in roots and not assign.base.src[1].arg.assign}  # fmt: skip
-    if not fresh:
+    if len(fresh) < 2:  # sharing needs two buffers: skip the walk over every live graph
         return set()
     live = [u for ref in list(_all_tensors.values()) if (t := ref()) is not None
             for u in (t.uop, t._autograd_uop) if u is not None]  # fmt: skip

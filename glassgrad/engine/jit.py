@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import ExecItem, capturing
+from glassgrad.engine.realize import ExecItem, _buffers, capturing
 from glassgrad.helpers import DEBUG, getenv
 from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
@@ -210,14 +210,8 @@ def _plan_replay_memory(items: list[ExecItem]) -> int:
     """Buffers that only the captured kernels use (no tensor holds them) share memory where their lifetimes in the
     replay don't overlap; returns the bytes saved."""
     gc.collect()  # tensors of the captured call that only a reference cycle still held
-    held = {id(m) for b in _held_buffers() for m in (b, b._base) if m is not None}  # a held buffer's memory too
+    held = {id(m) for b in list(_buffers.values()) for m in (b, b._base) if m is not None}  # a held buffer's memory too
     return plan_memory(items, kept=lambda b: id(b) in held, reuse_allocated=True)
-
-
-def _held_buffers() -> list[Buffer]:
-    from glassgrad.engine.realize import _buffers
-
-    return [b for b in _buffers.values()]
 
 
 def _fresh(new_input, view: UOp | None):
