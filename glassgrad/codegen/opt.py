@@ -10,7 +10,9 @@ from glassgrad.uop.ops import Ops, UOp
 @dataclass(frozen=True)
 class Opt:
     """UPCAST(axis, n): compute n neighbouring outputs along an output axis per iteration, in registers.
-    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop."""
+    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop.
+    TC(0, i): the whole kernel as a tensor-core matrix product with the renderer's tile configuration i
+    (codegen/tensor_cores.py); it is the kernel's only action."""
 
     op: str
     axis: int

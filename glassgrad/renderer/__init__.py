@@ -14,6 +14,7 @@ class Renderer:
     unsupported_dtypes: frozenset[DType] = frozenset()
     dialect: PatternMatcher | None = None  # rewrites applied to a kernel before it is linearized
     vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)
+    tile_configs: tuple = ()  # tensor-core tile configurations its render_matmul writes (none: no tensor cores)
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
