@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from glassgrad.codegen.linearize import linearize
-from glassgrad.codegen.lowerer import Lowerer, unravel
+from glassgrad.codegen.lowerer import Lowerer
 from glassgrad.codegen.opt import Opt
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
@@ -23,6 +23,7 @@ from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import simplify, symbolic
+from glassgrad.uop.view import View
 
 TC_DTYPES = (dtypes.float16, dtypes.bfloat16)
 ALIGN = 8  # elements of 16 bits in the 16 bytes that one copy moves: strides and offsets must be multiples of it
@@ -64,31 +65,43 @@ class Matmul:
         return prod(self.batch_shape)
 
 
-def _product_loads(value: UOp) -> tuple[UOp, UOp] | None:
-    """The two 16-bit float loads whose product `value` is: a*b, float(a*b) or float(a)*float(b)."""
+def _strided_input(x: UOp) -> tuple[UOp, View] | None:
+    """The buffer and single strided view (no padding) through which `x` reads a 16-bit float input, maybe cast to
+    float32 (the tensor cores multiply exactly): LOAD(buf, VIEW), or a VIEW of such a cast of a contiguous LOAD."""
+    if x.op is Ops.CAST and x.dtype == dtypes.float32 and x.src[0].dtype in TC_DTYPES:
+        return _strided_input(x.src[0])
+    if x.op is Ops.VIEW and x.src and (inner := _strided_input(x.src[0])) is not None:
+        buf, view = inner
+        if view.contiguous and view.offset == 0 and view.shape == x.src[0].shape:
+            return (buf, x.arg.views[0]) if len(x.arg.views) == 1 and x.arg.views[0].mask is None else None
+        return None
+    if x.op is Ops.LOAD and x.dtype in TC_DTYPES and len(x.src[1].arg.views) == 1:
+        view = x.src[1].arg.views[0]
+        return (x.src[0], view) if view.mask is None else None
+    return None
+
+
+def _product_inputs(value: UOp) -> tuple[tuple[UOp, View], tuple[UOp, View]] | None:
+    """The two 16-bit float inputs whose product `value` is: a*b, float(a*b) or float(a)*float(b)."""
     if value.op is Ops.CAST and value.dtype == dtypes.float32:
         value = value.src[0]
     if value.op is not Ops.MUL:
         return None
-    loads = tuple(s.src[0] if s.op is Ops.CAST and s.dtype == dtypes.float32 else s for s in value.src)
-    if not all(x.op is Ops.LOAD and x.dtype in TC_DTYPES for x in loads) or loads[0].dtype != loads[1].dtype:
+    found = [_strided_input(s) for s in value.src]
+    if found[0] is None or found[1] is None or found[0][0].dtype.base != found[1][0].dtype.base:
         return None
-    return loads[0], loads[1]
+    return found[0], found[1]
 
 
-def _operand(load: UOp, row_axis: int, k_axis: int, batch_axes: tuple[int, ...]) -> Operand | None:
-    """The load as an Operand, where it is one strided view whose copies can move 16 aligned bytes at a time."""
-    buf, view = load.src
-    if len(view.arg.views) != 1 or view.arg.views[0].mask is not None:
-        return None
-    strides, offset = view.arg.views[0].strides, view.arg.views[0].offset
-    row, k = strides[row_axis], strides[k_axis]
+def _operand(buf: UOp, view: View, row_axis: int, k_axis: int, batch_axes: tuple[int, ...]) -> Operand | None:
+    """The input as an Operand, where its copies can move 16 aligned bytes at a time."""
+    row, k = view.strides[row_axis], view.strides[k_axis]
     if not (k == 1 and row % ALIGN == 0 or row == 1 and k % ALIGN == 0):
         return None  # one of k and the rows contiguous, the other 16-byte aligned
-    batch = tuple(strides[a] for a in batch_axes)
-    if offset % ALIGN or any(s % ALIGN for s in batch):
+    batch = tuple(view.strides[a] for a in batch_axes)
+    if view.offset % ALIGN or any(s % ALIGN for s in batch):
         return None
-    return Operand(buf, row, k, batch, offset)
+    return Operand(buf, row, k, batch, view.offset)
 
 
 def _int32_indices(ast: UOp, reduce: UOp) -> bool:
@@ -109,26 +122,26 @@ def match_matmul(ast: UOp) -> Matmul | None:
     if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or len(reduces[0].arg[1]) != 1:
         return None
     reduce = reduces[0]
-    if reduce.dtype not in (dtypes.float32, *TC_DTYPES) or (loads := _product_loads(reduce.src[0])) is None:
+    if reduce.dtype not in (dtypes.float32, *TC_DTYPES) or (inputs := _product_inputs(reduce.src[0])) is None:
         return None
     if not _int32_indices(ast, reduce):
         return None
     (k_axis,), shape = reduce.arg[1], reduce.src[0].shape
-    steps = [[view.arg.views[0].strides[a] if len(view.arg.views) == 1 else None for a in range(len(shape))]
-             for view in (x.src[1] for x in loads)]  # fmt: skip
-    only = [[a for a in range(len(shape)) if a != k_axis and shape[a] > 1 and steps[i][a] != 0 == steps[1 - i][a]]
+    strides = [view.strides for _, view in inputs]
+    only = [[a for a in range(len(shape)) if a != k_axis and shape[a] > 1 and strides[i][a] != 0 == strides[1 - i][a]]
             for i in (0, 1)]  # fmt: skip
-    if len(only[0]) != 1 or len(only[1]) != 1:
-        return None  # exactly one axis along which only one load moves: A's m and B's n
-    (a_axis,), (b_axis,) = only
+    if not only[0] or not only[1]:
+        return None  # an axis along which only one input moves for each: A's m and B's n (the innermost such)
+    a_axis, b_axis = only[0][-1], only[1][-1]  # any others are batch axes along which the other input is broadcast
     if a_axis > b_axis:  # A is the operand whose own axis comes first, so that n is the output's inner axis
-        loads, (a_axis, b_axis) = (loads[1], loads[0]), (b_axis, a_axis)
+        inputs, (a_axis, b_axis) = (inputs[1], inputs[0]), (b_axis, a_axis)
     batch_axes = tuple(a for a in range(len(shape)) if a not in (a_axis, b_axis, k_axis) and shape[a] > 1)
-    a, b = _operand(loads[0], a_axis, k_axis, batch_axes), _operand(loads[1], b_axis, k_axis, batch_axes)
+    a, b = _operand(*inputs[0], a_axis, k_axis, batch_axes), _operand(*inputs[1], b_axis, k_axis, batch_axes)
     if a is None or b is None:
         return None
-    mm = Matmul(reduce, loads[0].dtype, batch_axes, a_axis, b_axis, k_axis, tuple(shape[x] for x in batch_axes),
-                shape[a_axis], shape[b_axis], shape[k_axis], a, b, dtypes.int32)  # fmt: skip
+    batch_shape = tuple(shape[x] for x in batch_axes)
+    mm = Matmul(reduce, inputs[0][0].dtype.base, batch_axes, a_axis, b_axis, k_axis, batch_shape, shape[a_axis],
+                shape[b_axis], shape[k_axis], a, b, dtypes.int32)  # fmt: skip
     return mm if _epilogue_sink(ast, mm) is not None else None
 
 
@@ -159,15 +172,14 @@ def tensor_core_opts(ast: UOp, renderer: Renderer | None) -> tuple[Opt, ...]:
 
 
 def _epilogue_sink(ast: UOp, mm: Matmul) -> UOp | None:
-    """The kernel's store with the sum replaced by the accumulator (SPECIAL gg_acc) at output position
-    (gg_batch, gg_row, gg_col): None where the epilogue reads the sum anywhere else than at the output's own position."""
+    """The kernel's store with the sum replaced by the accumulator (SPECIAL gg_acc) at output position (gg_batch0,
+    gg_batch1, ..., gg_row, gg_col); None where the epilogue reads the sum anywhere but at the output's own position."""
     idx = mm.index_dtype
     row, col = UOp(Ops.SPECIAL, idx, (), ("gg_row", mm.m)), UOp(Ops.SPECIAL, idx, (), ("gg_col", mm.n))
-    batch = UOp(Ops.SPECIAL, idx, (), ("gg_batch", mm.batch)) if mm.batch_axes else None
     shape = mm.reduce.src[0].shape
     at = [UOp.const(idx, 0)] * len(shape)
-    for axis, i in zip(mm.batch_axes, unravel(batch, mm.batch_shape) if batch is not None else []):
-        at[axis] = i
+    for i, axis in enumerate(mm.batch_axes):  # one variable per batch axis: gg_batch0, gg_batch1, ...
+        at[axis] = UOp(Ops.SPECIAL, idx, (), (f"gg_batch{i}", shape[axis]))
     at[mm.m_axis], at[mm.n_axis] = row, col
     expected = tuple(simplify(i) for i in at)
     # the output's axes are the product's axes without k, in order (size-1 axes aside)
@@ -192,7 +204,8 @@ def _epilogue_sink(ast: UOp, mm: Matmul) -> UOp | None:
     except LookupError:
         return None
     index, valid = view.arg.to_indexed(list(out_idxs))
-    target = UOp(Ops.INDEX, buf.dtype, (buf, index) if valid.op is Ops.CONST and valid.arg is True else (buf, index, valid))
+    gated = not (valid.op is Ops.CONST and valid.arg is True)
+    target = UOp(Ops.INDEX, buf.dtype, (buf, index, valid) if gated else (buf, index))
     buffers = sorted((n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg)
     return UOp(Ops.SINK, dtypes.void, (*buffers, UOp(Ops.STORE, dtypes.void, (target, stored))))
 

@@ -163,9 +163,18 @@ def batch_offset(operand: Operand, batch_shape: tuple[int, ...], batch: str) -> 
     return "(" + " + ".join(terms) + ")"
 
 
+def batch_indices(batch_shape: tuple[int, ...], itype: str) -> list[str]:
+    """The index along each batch axis (gg_batch0, ...) of the flat batch entry gg_batch, as the epilogue reads them."""
+    lines, inner = [], 1
+    for i, size in reversed(list(enumerate(batch_shape))):
+        lines.insert(0, f"const {itype} gg_batch{i} = (gg_batch/{inner})%{size};")
+        inner *= size
+    return lines
+
+
 def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileConfig, epilogue: list[UOp]) -> str:
     """The CUDA source of the tensor-core kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
-    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col, gg_batch) into stores."""
+    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores."""
     from glassgrad.renderer.cstyle import CKernelWriter
 
     class EpilogueWriter(CKernelWriter):
@@ -195,6 +204,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         f"const int group = tile/{GROUP_M * tiles_n}, first_m = group*{GROUP_M};",
         f"const int group_rows = min({tiles_m} - first_m, {GROUP_M}), in_group = tile%{GROUP_M * tiles_n};",
         "const int tile_m = first_m + in_group%group_rows, tile_n = in_group/group_rows;",
+        *batch_indices(mm.batch_shape, itype),
         f"const unsigned short* gA = {a.global_origin(writer.names[mm.a.buffer], batch_offset(mm.a, mm.batch_shape, 'gg_batch'), 'tile_m')};",  # noqa: E501
         f"const unsigned short* gB = {b.global_origin(writer.names[mm.b.buffer], batch_offset(mm.b, mm.batch_shape, 'gg_batch'), 'tile_n')};",  # noqa: E501
         f"const unsigned sA = gg_smem(gg_shared), sB = sA + {c.stages * a.stage_bytes};",
