@@ -57,14 +57,16 @@ class TileConfig:
         return f"{self.bm}x{self.bn}x{self.bk} warp {self.warp_m}x{self.warp_n} {self.stages} stages"
 
 
-# the configurations a TC opt names by index (Opt("TC", 0, i)); BEAM times each
+# the configurations a TC opt names by index (Opt("TC", 0, i)), in the heuristics' order of preference; BEAM times each
+# (bench/tensor_cores.py, H200: 128x128 tiles of 4 warps, two blocks a multiprocessor, were the fastest at n = 4096 and
+# 8192 with a single-buffered pipeline)
 TILE_CONFIGS = (
-    TileConfig(128, 256, 32, 64, 64, 3),  # 8 warps of 64x64: the large-matrix default
     TileConfig(128, 128, 32, 64, 64, 4),  # 4 warps of 64x64
-    TileConfig(128, 128, 32, 64, 32, 4),  # 8 warps of 64x32
+    TileConfig(128, 256, 32, 64, 64, 3),  # 8 warps of 64x64
     TileConfig(256, 128, 32, 64, 64, 3),
     TileConfig(128, 256, 32, 64, 64, 4),
-    TileConfig(128, 128, 64, 64, 64, 3),
+    TileConfig(128, 128, 32, 64, 32, 4),  # 8 warps of 64x32
+    TileConfig(128, 128, 64, 64, 32, 3),  # 8 warps of 64x32, twice as deep a step
     TileConfig(64, 64, 32, 32, 32, 4),  # 4 warps of 32x32: small matrices
 )
 
@@ -153,6 +155,25 @@ class OperandTile:
         return "gg_ldmatrix" if self.k_contiguous else "gg_ldmatrix_trans"
 
 
+def fragment_lines(a: OperandTile, b: OperandTile, mi: int, ni: int, buf: str, stage: str, k0: str) -> list[str]:
+    """Statements loading the warp's A and B fragments of the k16 piece at k0 of stage `stage` into fa[buf], fb[buf].
+
+    B's ldmatrix reads four 8x8 matrices: n 0-7 k 0-7, n 8-15 k 0-7, n 0-7 k 8-15, n 8-15 k 8-15, the k halves of two
+    n8 pieces."""
+    return [
+        f"{{ const unsigned stage_a = sA + ({stage})*{a.stage_bytes}, stage_b = sB + ({stage})*{b.stage_bytes};",
+        "#pragma unroll",
+        f"  for (int i = 0; i < {mi}; i++) {a.ldmatrix}(fa[{buf}][i], {a.fragment_address('stage_a', 'warp_m + i*16', k0)});",  # noqa: E501
+        "#pragma unroll",
+        f"  for (int j = 0; j < {ni}; j += 2) {{",
+        "    unsigned q[4];",
+        f"    {b.ldmatrix}(q, {b.fragment_address('stage_b', 'warp_n + j*8', k0)});",
+        f"    fb[{buf}][j][0] = q[0]; fb[{buf}][j][1] = q[2]; fb[{buf}][j+1][0] = q[1]; fb[{buf}][j+1][1] = q[3];",
+        "  }",
+        "}",
+    ]
+
+
 def batch_offset(operand: Operand, batch_shape: tuple[int, ...], batch: str) -> str:
     """The C expression of the operand's element offset for batch entry `batch` (a flat index over `batch_shape`)."""
     terms, inner = [str(operand.offset)], 1
@@ -192,7 +213,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
     a = OperandTile("A", mm.a, c.bm, c.bk, c.threads)
     b = OperandTile("B", mm.b, c.bn, c.bk, c.threads)
     tiles_m, tiles_n = mm.m // c.bm, mm.n // c.bn
-    warps_n, mi, ni = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8
+    warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // 16
     itype = renderer.type_name(mm.index_dtype)
     mma_type = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
     body = [
@@ -219,33 +240,33 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         *("  " + line for line in a.copy_lines() + b.copy_lines()),
         "};",
         f"const int steps = {mm.k // c.bk};",
-        f"// the first {c.stages - 1} steps' copies go out before any math",
+        f"// the first {c.stages - 1} steps' copies go out before any math; once step 0 is in, its first fragments",
         "#pragma unroll",
         f"for (int s = 0; s < {c.stages - 1}; s++) {{",
         "  if (s < steps) copy_step(s, s);",
         "  gg_cp_async_commit();",
         "}",
+        f"gg_cp_async_wait<{c.stages - 2}>();",
+        "__syncthreads();",
+        f"unsigned fa[2][{mi}][4], fb[2][{ni}][2];  // fragments: the k16 piece in the tensor cores, and the next",
+        *fragment_lines(a, b, mi, ni, "0", "0", "0"),
         "for (int kt = 0; kt < steps; kt++) {",
-        f"  gg_cp_async_wait<{c.stages - 2}>();  // step kt has arrived (this thread's copies)...",
-        "  __syncthreads();  // ...and every thread's; every warp is done with step kt-1's stage",
-        f"  if (kt + {c.stages - 1} < steps) copy_step(kt + {c.stages - 1}, (kt + {c.stages - 1})%{c.stages});",
-        "  gg_cp_async_commit();",
-        f"  const unsigned stage_a = sA + (kt%{c.stages})*{a.stage_bytes}, stage_b = sB + (kt%{c.stages})*{b.stage_bytes};",  # noqa: E501
         "#pragma unroll",
-        f"  for (int ks = 0; ks < {c.bk}; ks += 16) {{",
-        f"    unsigned fa[{mi}][4], fb[{ni}][2];",
-        "#pragma unroll",
-        f"    for (int i = 0; i < {mi}; i++) {a.ldmatrix}(fa[i], {a.fragment_address('stage_a', 'warp_m + i*16', 'ks')});",  # noqa: E501
-        "#pragma unroll",
-        f"    for (int j = 0; j < {ni}; j += 2) {{  // matrices 0..3: n 0-7 k 0-7, n 8-15 k 0-7, n 0-7 k 8-15, n 8-15 k 8-15",  # noqa: E501
-        "      unsigned q[4];",
-        f"      {b.ldmatrix}(q, {b.fragment_address('stage_b', 'warp_n + j*8', 'ks')});",
-        "      fb[j][0] = q[0]; fb[j][1] = q[2]; fb[j+1][0] = q[1]; fb[j+1][1] = q[3];",
+        f"  for (int ks = 0; ks < {ksteps}; ks++) {{",
+        f"    if (ks == {ksteps - 1}) {{  // the next step's piece comes next: step kt+1 must be in (every thread's",
+        f"      gg_cp_async_wait<{c.stages - 2}>();  // copies), and every warp done with the stage step kt-1 used",
+        "      __syncthreads();",
+        "    }",
+        f"    const int next_stage = (ks == {ksteps - 1} ? kt + 1 : kt)%{c.stages}, next_k = (ks + 1)%{ksteps}*16;",
+        *("  " + line for line in fragment_lines(a, b, mi, ni, "(ks + 1)%2", "next_stage", "next_k")),
+        "    if (ks == 0) {  // step kt+stages-1's copies go into the stage step kt-1 used",
+        f"      if (kt + {c.stages - 1} < steps) copy_step(kt + {c.stages - 1}, (kt + {c.stages - 1})%{c.stages});",
+        "      gg_cp_async_commit();",
         "    }",
         "#pragma unroll",
         f"    for (int i = 0; i < {mi}; i++)",
         "#pragma unroll",
-        f"      for (int j = 0; j < {ni}; j++) gg_mma(acc[i][j], fa[i], fb[j]);",
+        f"      for (int j = 0; j < {ni}; j++) gg_mma(acc[i][j], fa[ks%2][i], fb[ks%2][j]);",
         "  }",
         "}",
         "gg_cp_async_wait<0>();",
