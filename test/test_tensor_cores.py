@@ -54,7 +54,7 @@ def test_matrix_products_of_16_bit_floats_take_tensor_cores(dtype, form):
     mm = match_matmul(ast)
     assert mm is not None and (mm.m, mm.n, mm.k, mm.dtype) == (256, 512, 256, dtype)
     assert (mm.a.k_stride == 1) == ("a.T" not in form) and (mm.b.k_stride == 1) == ("b.T" in form)
-    assert tensor_core_opts(ast, CUDA) == (Opt("TC", 0, len(TILE_CONFIGS) - 1),)  # 64x64 tiles: 32 blocks
+    assert tensor_core_opts(ast, CUDA) == (Opt("TC", 0, 6),)  # 64x64 tiles: 32 blocks, the most
 
 
 def test_batched_and_broadcast_products_and_fused_epilogues_take_tensor_cores():
@@ -66,6 +66,13 @@ def test_batched_and_broadcast_products_and_fused_epilogues_take_tensor_cores():
     assert match_matmul(_ast((a @ b).relu() + bias)) is not None
     assert match_matmul(_ast((a @ b).float() * 2)) is not None
     assert match_matmul(_ast(a.float().matmul(b.float()))) is not None  # float(a) * float(b): exact products
+
+
+def test_a_half_linear_layers_gradients_take_tensor_cores():
+    x, w = _empty(256, 512).requires_grad_(), _empty(1024, 512).requires_grad_()
+    x.linear(w).backward(_empty(256, 1024))  # the gradient reaches each product as half(float(g))
+    assert tensor_core_opts(_ast(x.grad), CUDA) and tensor_core_opts(_ast(w.grad), CUDA)
+    assert match_matmul(_ast(_empty(256, 256) @ _empty(256, 256).float().cast(dtypes.bfloat16))) is None
 
 
 def test_large_matrices_take_the_large_tile():
@@ -279,3 +286,27 @@ def test_the_counters_count_the_product():
     GlobalCounters.reset()
     (a @ b).realize()
     assert GlobalCounters.global_ops == 2 * 256 * 512 * 128
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_a_linear_layers_gradients_match_pytorch(dtype):
+    (x, w, g), (rx, rw, rg) = _inputs(dtype, (256, 512), (1024, 512), (256, 1024))
+    x.requires_grad_(), w.requires_grad_()
+    x.linear(w).backward(g)  # dx = g @ w and dw = g.T @ x: both tensor-core products
+    assert all(_uses_tensor_cores(t) for t in (x.grad, w.grad))
+    assert _error(x.grad, rg @ rw) < TOLERANCE[dtype] and _error(w.grad, rg.T @ rx) < TOLERANCE[dtype]
+
+
+@needs_gpu
+def test_attention_scores_and_an_assign_into_a_slice():
+    (q, k, base, a, b), (rq, rk, rbase, ra, rb) = _inputs(dtypes.float16, (2, 4, 128, 64), (2, 4, 128, 64),
+                                                          (256, 256), (256, 64), (64, 128))  # fmt: skip
+    scores = q @ k.transpose(-1, -2) * 0.125
+    assert _uses_tensor_cores(scores) and _error(scores, rq @ rk.transpose(-1, -2) * 0.125) < 2e-3
+    part = base[:, 64:192]
+    part.assign(a @ b)  # the epilogue stores through the slice's view
+    assert _uses_tensor_cores(part)
+    part.realize()
+    rbase[:, 64:192] = ra @ rb
+    assert _error(base, rbase) < 2e-3

@@ -66,10 +66,14 @@ class Matmul:
 
 
 def _strided_input(x: UOp) -> tuple[UOp, View] | None:
-    """The buffer and single strided view (no padding) through which `x` reads a 16-bit float input, maybe cast to
-    float32 (the tensor cores multiply exactly): LOAD(buf, VIEW), or a VIEW of such a cast of a contiguous LOAD."""
+    """The buffer and single strided view (no padding) through which `x` reads a 16-bit float input: LOAD(buf, VIEW),
+    a VIEW of a contiguous LOAD, and either through casts that change no value (to float32, which the tensor cores
+    multiply in exactly, and back: a gradient flowing into a half matmul comes as half(float(g)))."""
     if x.op is Ops.CAST and x.dtype == dtypes.float32 and x.src[0].dtype in TC_DTYPES:
         return _strided_input(x.src[0])
+    if x.op is Ops.CAST and x.dtype in TC_DTYPES and x.src[0].dtype == dtypes.float32:
+        found = _strided_input(x.src[0])
+        return found if found is not None and found[0].dtype.base == x.dtype else None
     if x.op is Ops.VIEW and x.src and (inner := _strided_input(x.src[0])) is not None:
         buf, view = inner
         if view.contiguous and view.offset == 0 and view.shape == x.src[0].shape:

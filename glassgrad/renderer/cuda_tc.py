@@ -68,6 +68,7 @@ TILE_CONFIGS = (
     TileConfig(128, 128, 32, 64, 32, 4),  # 8 warps of 64x32
     TileConfig(128, 128, 64, 64, 32, 3),  # 8 warps of 64x32, twice as deep a step
     TileConfig(64, 64, 32, 32, 32, 4),  # 4 warps of 32x32: small matrices
+    TileConfig(256, 128, 32, 64, 64, 4),
 )
 
 PTX_HELPERS = [
