@@ -1,9 +1,9 @@
 """Tensor cores: a kernel that sums A[m, k] * B[k, n] over k in float16 or bfloat16 becomes a tiled matrix product.
 
 The TC action (`Opt("TC", 0, i)`: tile configuration i of the renderer's `tile_configs`) applies to a kernel whose one
-reduction is a sum over one axis k of the product of two loads of 16-bit floats (maybe cast to float32 first, or the
-product cast), accumulated in float32, whose loads lie in memory as plain strided matrices (16-byte aligned, k or the
-other axis contiguous), and whose output sizes the tile divides. `match_matmul` says whether a kernel is one and
+reduction is a sum over one axis k of the product of two 16-bit float inputs (maybe through casts that change no
+value), accumulated in float32, whose inputs lie in memory as plain strided matrices (16-byte aligned, k or the other
+axis contiguous), and whose sizes the tile divides. `match_matmul` says whether a kernel is one and
 describes it (`Matmul`); everything after the sum (the cast to half, a bias, an activation: the epilogue) stays the
 kernel's own UOps, lowered by `lower_epilogue` for one accumulator at a time. The renderer writes the kernel around it
 (renderer/cuda_tc.py). The heuristics choose TC where the renderer has tensor cores and the shapes allow; BEAM times
@@ -13,6 +13,7 @@ every configuration that fits; NOOPT=1 turns it off, and every other kernel keep
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import Lowerer
@@ -25,9 +26,12 @@ from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import simplify, symbolic
 from glassgrad.uop.view import View
 
+if TYPE_CHECKING:
+    from glassgrad.renderer.cuda_tc import TileConfig
+
 TC_DTYPES = (dtypes.float16, dtypes.bfloat16)
 ALIGN = 8  # elements of 16 bits in the 16 bytes that one copy moves: strides and offsets must be multiples of it
-MIN_BLOCKS = 100  # the heuristics take the largest tile that still gives about one block per multiprocessor
+MIN_BLOCKS = 100  # the heuristics take the first tile that gives this many blocks: about one a multiprocessor
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class Matmul:
     k: int
     a: Operand
     b: Operand
-    index_dtype: DType
+    index_dtype: DType  # int32: match_matmul refuses kernels whose buffers or output views need more
 
     @property
     def batch(self) -> int:
@@ -149,7 +153,7 @@ def match_matmul(ast: UOp) -> Matmul | None:
     return mm if _epilogue_sink(ast, mm) is not None else None
 
 
-def fits(mm: Matmul, config) -> bool:
+def fits(mm: Matmul, config: TileConfig) -> bool:
     """The tile divides the product's m, n and k, and each thread copies whole 16-byte pieces of every step."""
     pieces = (config.bm + config.bn) * config.bk // ALIGN
     return (mm.m % config.bm == 0 and mm.n % config.bn == 0 and mm.k % config.bk == 0
@@ -166,8 +170,8 @@ def tensor_core_actions(ast: UOp, renderer: Renderer | None) -> list[Opt]:
 
 
 def tensor_core_opts(ast: UOp, renderer: Renderer | None) -> tuple[Opt, ...]:
-    """The heuristics' TC action: the first configuration (largest tiles first) that still gives MIN_BLOCKS blocks,
-    else the one with the most blocks; () where TC does not apply."""
+    """The heuristics' TC action: the first configuration (the renderer lists them in its order of preference) that
+    gives MIN_BLOCKS blocks, else the one with the most blocks; () where TC does not apply."""
     if not (found := tensor_core_actions(ast, renderer)):
         return ()
     mm, configs = match_matmul(ast), renderer.tile_configs  # type: ignore[union-attr]
@@ -189,11 +193,11 @@ def _epilogue_sink(ast: UOp, mm: Matmul) -> UOp | None:
     # the output's axes are the product's axes without k, in order (size-1 axes aside)
     store = ast.src[0]
     out_shape = store.src[1].arg.shape
-    wanted = [(s, i) for axis, (s, i) in enumerate(zip(shape, at)) if axis != mm.k_axis and s > 1]
-    if [s for s in out_shape if s > 1] != [s for s, _ in wanted]:
+    product_axes = [(s, i) for axis, (s, i) in enumerate(zip(shape, at)) if axis != mm.k_axis and s > 1]
+    if [s for s in out_shape if s > 1] != [s for s, _ in product_axes]:
         return None
-    it = iter(i for _, i in wanted)
-    out_idxs = tuple(next(it) if s > 1 else UOp.const(idx, 0) for s in out_shape)
+    position = iter(i for _, i in product_axes)
+    out_idxs = tuple(next(position) if s > 1 else UOp.const(idx, 0) for s in out_shape)
 
     class EpilogueLowerer(Lowerer):
         def _lower_reduce(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:

@@ -8,7 +8,8 @@ codegen/tensor_cores.py recognises a kernel that sums A[m, k] * B[k, n] over k i
   so the copies of later steps are in flight while the tensor cores work on this one;
 - each warp computes a WM x WN part of the tile as 16 x 8 pieces with `mma.sync.m16n8k16` (float32 accumulators in
   registers), reading its operands from shared memory with `ldmatrix` (`.trans` where the operand is stored with
-  m or n contiguous rather than k);
+  m or n contiguous rather than k); the fragments of the next 16 k's load while this 16's products run, and the
+  barrier before a step's stage is reused waits under the last of them;
 - shared memory is swizzled: the 16-byte chunks of each row are permuted (XOR with the row number), so the eight rows
   that one `ldmatrix` reads at once lie in different banks;
 - the epilogue, the kernel's own ops after the sum (cast to half, a bias, relu...), is the rest of the kernel's UOps,
