@@ -9,7 +9,6 @@ from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.codegen.opt import Opt, main_reduce
-from glassgrad.codegen.tensor_cores import tensor_core_kernel, tensor_core_opts
 from glassgrad.codegen.vectorize import vectorize
 from glassgrad.helpers import BEAM, NOOPT, colored
 from glassgrad.renderer import Renderer
@@ -41,6 +40,8 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
         from glassgrad.codegen.search import beam_search
 
         return beam_search(ast, renderer.device, int(BEAM))
+    from glassgrad.codegen.tensor_cores import tensor_core_opts
+
     if tensor_cores := tensor_core_opts(ast, renderer):  # a float16/bfloat16 matrix product the tile divides
         return tensor_cores
     return tuple(hand_coded_opts(ast, renderer.vector_lanes if renderer is not None else ()))
@@ -131,6 +132,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     opts = choose_opts(ast, renderer) if opts is None else opts
     name = kernel_name(ast, opts)
     if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
+        from glassgrad.codegen.tensor_cores import tensor_core_kernel
+
         tc = tensor_core_kernel(ast, renderer, opts[0], name)
         return ProgramSpec(name, tc.src, tc.program, tc.global_size, tc.ops, tc.mem, opts, tc.local_size,
                            kernel_name(ast, opts, color=True))  # fmt: skip

@@ -10,13 +10,13 @@ from glassgrad.uop.ops import Ops, UOp
 @dataclass(frozen=True)
 class Opt:
     """UPCAST(axis, n): compute n neighbouring outputs along an output axis per iteration, in registers.
-    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop.
-    TC(0, i): the whole kernel as a tensor-core matrix product with the renderer's tile configuration i
-    (codegen/tensor_cores.py); it is the kernel's only action."""
+    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop."""
 
     op: str
     axis: int
     amount: int
+    # TC(0, i), a kernel's only action: the whole kernel as a tensor-core matrix product with the renderer's tile
+    # configuration i (codegen/tensor_cores.py)
 
     def __repr__(self) -> str:
         return f"{self.op}({self.axis}, {self.amount})"
