@@ -40,6 +40,10 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
         from glassgrad.codegen.search import beam_search
 
         return beam_search(ast, renderer.device, int(BEAM))
+    from glassgrad.codegen.tensor_cores import tensor_core_opts
+
+    if tensor_cores := tensor_core_opts(ast, renderer):  # a float16/bfloat16 matrix product the tile divides
+        return tensor_cores
     return tuple(hand_coded_opts(ast, renderer.vector_lanes if renderer is not None else ()))
 
 
@@ -126,9 +130,15 @@ def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
     opts = choose_opts(ast, renderer) if opts is None else opts
+    name = kernel_name(ast, opts)
+    if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
+        from glassgrad.codegen.tensor_cores import tensor_core_kernel
+
+        tc = tensor_core_kernel(ast, renderer, opts[0], name)
+        return ProgramSpec(name, tc.src, tc.program, tc.global_size, tc.ops, tc.mem, opts, tc.local_size,
+                           kernel_name(ast, opts, color=True))  # fmt: skip
     sink = full_rewrite_to_sink(ast, renderer, opts)
     program = linearize(sink)
-    name = kernel_name(ast, opts)
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, sink.arg or 0)
     global_size, local_size = renderer.launch_size(program, outer)

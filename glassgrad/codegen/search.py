@@ -41,6 +41,8 @@ def valid(ast: UOp, opts: tuple[Opt, ...]) -> bool:
     reduce = main_reduce(ast)
     if reduce is not None:
         red = {a: reduce.src[0].shape[a] for a in reduce.arg[1]}
+    if any(o.op == "TC" for o in opts):  # a tensor-core kernel takes no other action (the seeds hold each one)
+        return False
     lanes, unrolled = 1, set()
     for o in opts:
         sizes = red if o.op == "UNROLL" else out
@@ -102,7 +104,7 @@ class Timer:
         times = []
         for _ in range(TIMING_RUNS):
             start = time.perf_counter()
-            program(*handles, global_size=spec.global_size, wait=True)
+            program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=True)
             times.append(time.perf_counter() - start)
             if times[0] > SLOW_FACTOR * best:
                 break
@@ -133,6 +135,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     if prod(output_shape(ast)) == 0:
         return ()
     from glassgrad.codegen.heuristics import hand_coded_opts
+    from glassgrad.codegen.tensor_cores import tensor_core_actions
 
     timer = Timer(ast, device)
     start = time.perf_counter()
@@ -140,6 +143,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     seeds = {tuple(hand_coded_opts(ast, timer.device.renderer.vector_lanes))}
     if prod(output_shape(ast)) * reduce_size(ast) <= PLAIN_LOOPS_LIMIT:
         seeds.add(())
+    seeds |= {(tc,) for tc in tensor_core_actions(ast, timer.device.renderer)}  # every tile configuration that fits
     beam = sorted(((s, timer.seconds(s, float("inf"))) for s in seeds), key=lambda c: c[1])[:width]
     tried = set(seeds)
     while True:

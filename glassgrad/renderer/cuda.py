@@ -17,6 +17,7 @@ import struct
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
+from glassgrad.renderer.cuda_tc import TILE_CONFIGS, render_matmul
 from glassgrad.uop.ops import Ops, UOp
 
 # NVRTC has no <math.h>: the two constants it would give, as the bits C's INFINITY and NAN have
@@ -131,6 +132,8 @@ class CUDARenderer(CStyleRenderer):
     split_outer_loop = True
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
+    tile_configs = TILE_CONFIGS  # tensor-core matrix products (renderer/cuda_tc.py); the device clears it before sm_80
+    render_matmul = render_matmul
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""

@@ -108,7 +108,8 @@ class CUDAGraph:
         grid, block = launch_dims(spec.global_size, spec.local_size)
         args, pointers = kernel_params(handles)
         self._alive.append((args, pointers))
-        return KernelNodeParams(program.function, grid, 1, 1, block, 1, 1, 0, ctypes.addressof(pointers), None)
+        shared = program.shared_bytes  # dynamic shared memory (a tensor-core kernel's tiles)
+        return KernelNodeParams(program.function, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(pointers), None)
 
     def __call__(self, bufs: Sequence[Sequence[Buffer]], wait: bool = False) -> float | None:
         """Launch the graph on `bufs` (one list per item), first updating the nodes whose buffers changed; returns

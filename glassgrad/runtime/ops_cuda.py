@@ -17,6 +17,9 @@ import sys
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+SHARED_BYTES_SYMBOL = b"gg_dynamic_shared_bytes"  # a kernel that needs dynamic shared memory says how much here
+
 # threads a block where each thread takes global indices (bench/gpu_elementwise.py, H100, one index a thread: 128
 # reached 0.84 of the copy bandwidth, 256 reached 0.92)
 BLOCK_SIZE = 256
@@ -236,6 +239,18 @@ class CUDAProgram(Program):
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         cu("cuModuleLoadData", ctypes.byref(self.module), binary)
         cu("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
+        self.shared_bytes = self._dynamic_shared_bytes()
+        if self.shared_bytes:  # beyond 48 KB a kernel must ask for it
+            cu("cuFuncSetAttribute", self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
+
+    def _dynamic_shared_bytes(self) -> int:
+        """The dynamic shared memory the kernel launches with: the module's gg_dynamic_shared_bytes, else 0."""
+        address, size = ctypes.c_uint64(), ctypes.c_size_t()
+        if libcuda().cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), self.module, SHARED_BYTES_SYMBOL):
+            return 0  # no such symbol: the kernel declares its shared memory statically, if at all
+        value = ctypes.c_uint32()
+        cu("cuMemcpyDtoH_v2", ctypes.addressof(value), address.value, ctypes.sizeof(value))
+        return value.value
 
     def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, wait: bool = False) -> float | None:  # fmt: skip
@@ -243,7 +258,7 @@ class CUDAProgram(Program):
         args, params = kernel_params(bufs)
         self.device.activate()
         with EventTimer(wait) as timer:
-            cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, 0, None, params, None)
+            cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, params, None)
         return timer.seconds
 
     def __del__(self):
@@ -292,7 +307,10 @@ class CudaDevice(Compiled):
         major, minor = (self.attribute(a) for a in (75, 76))  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
         self.arch = f"sm_{major}{minor}"
         program = functools.partial(CUDAProgram, self)
-        super().__init__(name, CUDAAllocator(self), CUDARenderer(), NVRTCCompiler(self.arch), program)  # type: ignore[arg-type]
+        renderer = CUDARenderer()
+        if major < 8:  # mma.sync of 16-bit floats, ldmatrix and cp.async need sm_80
+            renderer.tile_configs = ()
+        super().__init__(name, CUDAAllocator(self), renderer, NVRTCCompiler(self.arch), program)  # type: ignore[arg-type]
 
     def attribute(self, attribute: int) -> int:
         value = ctypes.c_int()
