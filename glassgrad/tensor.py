@@ -302,7 +302,12 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         from glassgrad.schedule.kernelize import chain_view
 
         u = self._current_uop()
-        return u.base.op is Ops.BUFFER and chain_view(u).contiguous and u.size == u.base.arg
+        if u.base.op is not Ops.BUFFER or u.size != u.base.arg:
+            return False
+        node = u
+        while node.op is Ops.RESHAPE:  # reshapes of a whole buffer keep it contiguous: no view to build (TinyJit's
+            node = node.src[0]  # argument check runs this on every call)
+        return node.op is Ops.BUFFER or chain_view(u).contiguous
 
     def data(self) -> memoryview:
         """The raw bytes of this tensor, in row-major order."""
