@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
-from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
+from glassgrad.uop.rewrite import graph_rewrite
+from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
 
 MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hide latency, few enough not to spill
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
@@ -16,6 +17,12 @@ VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (A
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
+# GPU blocks (renderers with has_local): where a kernel has few outputs, threads share each one's reduction (GROUP)
+GROUP_BELOW = 8192  # outputs this few leave the GPU idle with one thread each...
+GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
+GROUP_THREADS = 256  # threads that share one output's reduction
+WARP = 32  # threads that load together
+FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
 
 @dataclass
@@ -28,12 +35,15 @@ class Access:
     is_store: bool
 
 
-def _accesses(ast: UOp) -> list[Access]:
-    """Every load and store of the kernel lowered without opts, with its step along each loop."""
+def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
+    """Every load and store of the kernel lowered without opts, with its step along each loop; and the loops left
+    once simplified (a one-hot sum's loop collapses into one load)."""
+    from glassgrad.codegen.gather import collapse_gathers
     from glassgrad.codegen.lowerer import lower_kernel
 
     found = []
-    for node in simplify(lower_kernel(ast)).toposort():
+    sink = simplify(lower_kernel(ast))
+    for node in sink.toposort():
         if node.op not in (Ops.LOAD, Ops.STORE):
             continue
         index = node.src[0]
@@ -46,7 +56,7 @@ def _accesses(ast: UOp) -> list[Access]:
             nested = any(base is not None and base is not r and r in base.toposort() for base, _ in terms)
             steps[r.arg] = None if nested or r in guarded or len(direct) != 1 else direct[0]
         found.append(Access(steps, node.op is Ops.STORE))
-    return found
+    return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
 def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> int:
@@ -76,13 +86,26 @@ def _upcast_amount(size: int, room: int) -> int:
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
-def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
+def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: bool = False) -> list[Opt]:
     """A vector UPCAST of the innermost output axis where memory allows it; for reductions, UPCAST the output axes
     along which some input is constant (each value loaded once, used many times: a register-blocked matmul), UNROLL
-    short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous)."""
+    short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous).
+    With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
+    opts = _register_opts(ast, vector_lanes)
+    if has_local and (reduce := main_reduce(ast)) is not None:
+        if _group(ast, reduce, opts, *_accesses(ast)):
+            # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours read apart
+            opts = _register_opts(ast, vector_lanes, plain_unroll=False)
+            opts += _group(ast, reduce, opts, *_accesses(ast))
+    return opts
+
+
+def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], plain_unroll: bool = True) -> list[Opt]:
+    """hand_coded_opts' choice within one thread: vector lanes, register blocks, unrolls (with `plain_unroll`, of a
+    plain reduction's innermost axis too)."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
-    accesses = _accesses(ast)
+    accesses, _ = _accesses(ast)
     opts: list[Opt] = []
     if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
         opts.append(vector)
@@ -127,7 +150,7 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
         if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= MAX_UNROLLED_TERMS:
             opts.append(Opt("UNROLL", axis, full[axis]))
             lanes *= full[axis]
-    if lanes == 1 and vector is None:  # a plain reduction: several terms per iteration shorten the chain of adds
+    if lanes == 1 and vector is None and plain_unroll:  # a plain reduction: several terms a step shorten the chain
         inner = reduced[-1]
         amount = next((a for a in (8, 4, 2) if full[inner] % a == 0 and full[inner] > a), 1)
         if amount > 1:
@@ -159,3 +182,36 @@ def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: t
         return None
     width = _vector_width(reduce.src[0].shape[inner], reduce.dtype.itemsize, vector_lanes)
     return Opt("UNROLL", inner, width) if width > 1 else None
+
+
+def _group(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live: set[int]) -> list[Opt]:
+    """GROUPs for a kernel with fewer than GROUP_BELOW outputs (after its upcasts) and a reduction of GROUP_FROM
+    terms or more: up to GROUP_THREADS threads share each output's reduction. They take the reduced axes along which
+    the loads move least first, so that neighbouring threads read neighbouring addresses (a weight gradient's sum over
+    the batch and the image: its contiguous x axis, then y, not the batch)."""
+    shape = ast.src[0].src[1].arg.shape
+    if prod(shape) // prod(o.amount for o in opts if o.op == "UPCAST") >= GROUP_BELOW:
+        return []
+    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    sizes = {a: reduce.src[0].shape[a] // unroll.get(a, 1) for a in reduce.arg[1]}
+    loop = {a: len(shape) + i for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
+    axes = [a for a in reduce.arg[1] if sizes[a] >= 2 and loop[a] in live]  # a one-hot sum's loop is gone: no GROUP
+    if not axes or prod(sizes[a] for a in axes) < GROUP_FROM:
+        return []
+    loads = [acc for acc in accesses if not acc.is_store]
+
+    def spread(axis: int) -> int:
+        return sum(FAR if (s := acc.steps.get(loop[axis], 0)) is None else abs(s) for acc in loads)
+
+    found, threads = [], 1
+    for axis in sorted(axes, key=lambda a: (spread(a), -sizes[a])):
+        room = GROUP_THREADS // threads
+        if room < 2 or 2 * threads > GROUP_THREADS:
+            break
+        # the whole axis where it fits; else even shares where they keep whole warps (or the block is small)
+        divisor = max(n for n in range(1, min(sizes[axis], room) + 1) if sizes[axis] % n == 0)
+        even = divisor == sizes[axis] or 2 * divisor > room and (divisor % WARP == 0 or room < WARP)
+        amount = divisor if even else room
+        found.append(Opt("GROUP", axis, amount))
+        threads *= amount
+    return found
