@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
@@ -92,11 +92,14 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous).
     With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
     opts = _register_opts(ast, vector_lanes)
-    if has_local and (reduce := main_reduce(ast)) is not None:
-        if _group(ast, reduce, opts, *_accesses(ast)):
-            # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours read apart
-            opts = _register_opts(ast, vector_lanes, plain_unroll=False)
-            opts += _group(ast, reduce, opts, *_accesses(ast))
+    if not has_local or (reduce := main_reduce(ast)) is None:
+        return opts
+    accesses = _accesses(ast)
+    if any(_block(ast, reduce, opts, *accesses)):
+        # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
+        opts = _register_opts(ast, vector_lanes, plain_unroll=False)
+        local, groups = _block(ast, reduce, opts, *accesses)
+        opts = local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before any UPCAST
     return opts
 
 
@@ -184,34 +187,51 @@ def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: t
     return Opt("UNROLL", inner, width) if width > 1 else None
 
 
-def _group(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live: set[int]) -> list[Opt]:
-    """GROUPs for a kernel with fewer than GROUP_BELOW outputs (after its upcasts) and a reduction of GROUP_FROM
-    terms or more: up to GROUP_THREADS threads share each output's reduction. They take the reduced axes along which
-    the loads move least first, so that neighbouring threads read neighbouring addresses (a weight gradient's sum over
-    the batch and the image: its contiguous x axis, then y, not the batch)."""
+def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live: set[int]) -> tuple[list[Opt], ...]:
+    """(LOCALs, GROUPs) for a reduction on a GPU, so that each warp's loads are coalesced and the GPU has work.
+
+    With fewer than GROUP_BELOW outputs (after the upcasts) and a reduction of GROUP_FROM terms or more, up to
+    GROUP_THREADS threads share each output's reduction. They take the reduced axes along which the loads move least
+    first, so that neighbouring threads read neighbouring addresses (a weight gradient's sum over the batch and the
+    image: its contiguous x axis, then y, not the batch). Where no reduced axis is contiguous but an output axis is (a
+    column sum), a LOCAL gives a warp's threads neighbouring outputs first. With many outputs, a warp shares each one's
+    reduction only where the reduced axis is contiguous and no output axis is (a long row sum)."""
     shape = ast.src[0].src[1].arg.shape
-    if prod(shape) // prod(o.amount for o in opts if o.op == "UPCAST") >= GROUP_BELOW:
-        return []
+    upcast = {a: prod(o.amount for o in opts if o.op == "UPCAST" and o.axis == a) for a in range(len(shape))}
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     sizes = {a: reduce.src[0].shape[a] // unroll.get(a, 1) for a in reduce.arg[1]}
     loop = {a: len(shape) + i for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
     axes = [a for a in reduce.arg[1] if sizes[a] >= 2 and loop[a] in live]  # a one-hot sum's loop is gone: no GROUP
     if not axes or prod(sizes[a] for a in axes) < GROUP_FROM:
-        return []
+        return [], []
     loads = [acc for acc in accesses if not acc.is_store]
 
-    def spread(axis: int) -> int:
-        return sum(FAR if (s := acc.steps.get(loop[axis], 0)) is None else abs(s) for acc in loads)
+    def spread(loop: int) -> int:
+        return sum(FAR if (s := acc.steps.get(loop, 0)) is None else abs(s) for acc in loads)
 
-    found, threads = [], 1
-    for axis in sorted(axes, key=lambda a: (spread(a), -sizes[a])):
-        room = GROUP_THREADS // threads
-        if room < 2 or 2 * threads > GROUP_THREADS:
+    def coalesced(loop: int, store: bool = False) -> bool:  # every access steps by at most one element, some by one
+        moving = [acc.steps.get(loop, 0) for acc in accesses if store or not acc.is_store]
+        return all(s in (0, 1, -1) for s in moving) and any(s in (1, -1) for s in moving)
+
+    axes.sort(key=lambda a: (spread(loop[a]), -sizes[a]))
+    outputs = [a for a in range(len(shape)) if shape[a] // upcast[a] > 1 and coalesced(a, store=True)]
+    local: list[Opt] = []
+    if not coalesced(loop[axes[0]]) and outputs:
+        axis = outputs[-1]
+        amount = max(n for n in range(1, WARP + 1) if shape[axis] // upcast[axis] % n == 0)
+        local = [Opt("LOCAL", axis, amount)] if 2 * amount > WARP else []
+    room = GROUP_THREADS // block_threads(local)
+    if prod(shape) // prod(upcast.values()) // block_threads(local) >= GROUP_BELOW:  # enough threads already
+        if local or outputs or not coalesced(loop[axes[0]]) or sizes[axes[0]] < 2 * WARP:
+            return [], []
+        room = WARP
+    groups: list[Opt] = []
+    for axis in axes:
+        threads = block_threads(groups)
+        if room // threads < 2 or 2 * threads > room:
             break
         # the whole axis where it fits; else even shares where they keep whole warps (or the block is small)
-        divisor = max(n for n in range(1, min(sizes[axis], room) + 1) if sizes[axis] % n == 0)
-        even = divisor == sizes[axis] or 2 * divisor > room and (divisor % WARP == 0 or room < WARP)
-        amount = divisor if even else room
-        found.append(Opt("GROUP", axis, amount))
-        threads *= amount
-    return found
+        divisor = max(n for n in range(1, min(sizes[axis], room // threads) + 1) if sizes[axis] % n == 0)
+        even = divisor == sizes[axis] or 2 * divisor > room // threads and (divisor % WARP == 0 or room < WARP)
+        groups.append(Opt("GROUP", axis, divisor if even else room // threads))
+    return local, groups
