@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glassgrad.codegen.opt import Opt, block_threads, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
@@ -21,6 +21,7 @@ MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 wind
 GROUP_BELOW = 8192  # outputs this few leave the GPU idle with one thread each...
 GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
 GROUP_THREADS = 256  # threads that share one output's reduction
+MIN_BLOCKS = 512  # blocks a grouped kernel should have at least: register blocks (UPCASTs) give way below this
 WARP = 32  # threads that load together
 FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
@@ -95,12 +96,17 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     if not has_local or (reduce := main_reduce(ast)) is None:
         return opts
     accesses = _accesses(ast)
-    if any(_block(ast, reduce, opts, *accesses)):
-        # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
-        opts = _register_opts(ast, vector_lanes, plain_unroll=False)
+    if not any(_block(ast, reduce, opts, *accesses)):
+        return opts
+    # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
+    opts = _register_opts(ast, vector_lanes, plain_unroll=False)
+    shape = ast.src[0].src[1].arg.shape
+    while True:
         local, groups = _block(ast, reduce, opts, *accesses)
-        opts = local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before any UPCAST
-    return opts
+        blocks = prod(shape) // prod(o.amount for o in opts + local if o.op in ("UPCAST", "LOCAL"))
+        if blocks >= MIN_BLOCKS or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
+            return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
+        opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
 
 
 def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], plain_unroll: bool = True) -> list[Opt]:
@@ -220,18 +226,22 @@ def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live:
         axis = outputs[-1]
         amount = max(n for n in range(1, WARP + 1) if shape[axis] // upcast[axis] % n == 0)
         local = [Opt("LOCAL", axis, amount)] if 2 * amount > WARP else []
-    room = GROUP_THREADS // block_threads(local)
-    if prod(shape) // prod(upcast.values()) // block_threads(local) >= GROUP_BELOW:  # enough threads already
+    blocks = prod(shape) // prod(upcast.values()) // block_threads(local)
+    # a LOCAL's outputs take part of a block: larger blocks where the blocks are few (a column sum into 4096 outputs)
+    room = min(MAX_BLOCK_THREADS, max(GROUP_THREADS, (GROUP_THREADS << 8) // blocks)) if local else GROUP_THREADS
+    room //= block_threads(local)
+    if blocks >= GROUP_BELOW:  # enough threads already
         if local or outputs or not coalesced(loop[axes[0]]) or sizes[axes[0]] < 2 * WARP:
             return [], []
         room = WARP
     groups: list[Opt] = []
     for axis in axes:
         threads = block_threads(groups)
-        if room // threads < 2 or 2 * threads > room:
+        share = room // threads  # threads a block still has for this axis
+        if share < 2 or 2 * threads > room:
             break
         # the whole axis where it fits; else even shares where they keep whole warps (or the block is small)
-        divisor = max(n for n in range(1, min(sizes[axis], room // threads) + 1) if sizes[axis] % n == 0)
-        even = divisor == sizes[axis] or 2 * divisor > room // threads and (divisor % WARP == 0 or room < WARP)
-        groups.append(Opt("GROUP", axis, divisor if even else room // threads))
+        divisor = max(n for n in range(1, min(sizes[axis], share) + 1) if sizes[axis] % n == 0)
+        even = divisor == sizes[axis] or 2 * divisor > share and (divisor % WARP == 0 or share < WARP)
+        groups.append(Opt("GROUP", axis, divisor if even else share))
     return local, groups

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
 SPLIT_FROM = 1 << 16  # reductions of at least this many terms an output...
-SPLIT_PARTS = 1024  # ...into fewer outputs than half this: the first stage gives about this many (blocks)
+SPLIT_BELOW = 2048  # ...into fewer outputs than this (a weight gradient of a small convolution, a batchnorm's mean)
+SPLIT_PARTS = 1024  # the first stage's outputs, where the outputs are few: as many blocks
+MIN_PARTS = 16  # parts each output's reduction is cut in at least
 MIN_PART = 256  # terms in each part at least: a block's threads then have work
 
 
@@ -27,9 +29,9 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int
     """(axis, parts): the outermost reduced axis to cut into `parts` pieces, or None where one stage is better."""
     outputs = prod(s for i, s in enumerate(shape) if i not in axes)
     terms = prod(shape[a] for a in axes)
-    if terms < SPLIT_FROM or 2 * outputs > SPLIT_PARTS:
+    if terms < SPLIT_FROM or outputs >= SPLIT_BELOW:
         return None
-    want = min(SPLIT_PARTS // outputs, terms // MIN_PART)
+    want = min(max(SPLIT_PARTS // outputs, MIN_PARTS), terms // MIN_PART)
     for axis in axes:
         parts = max((d for d in range(2, min(want, shape[axis]) + 1) if shape[axis] % d == 0), default=1)
         if 2 * parts > want:  # an axis that cannot give enough parts is left for the next
