@@ -124,6 +124,7 @@ def test_local_gives_neighbouring_outputs_to_neighbouring_threads():
     spec = get_program(item.ast, CUDARenderer(), (Opt("LOCAL", 1, 64), Opt("UPCAST", 1, 4)))
     assert spec.local_size == (64,) and spec.global_size == (20 * 1024 // 256,)
     assert "int gidx = blockIdx.x;" in spec.src and "__shared__" not in spec.src and "gitem" not in spec.src
+    assert 'extern "C" __global__ void __launch_bounds__(64) E_20_4_64_4(' in spec.src  # it launches, whatever
     # thread t computes t, t+64, t+128, t+192 of its block's 256 columns: each store is one coalesced line per warp
     assert re.search(r"\(ridx1\*256\)\+threadIdx.x\)", spec.src) and spec.src.count("*(data0+") == 4
     assert spec.name == "E_20_4_64_4" and spec.ops == 2 * 20 * 1024

@@ -159,6 +159,8 @@ class CUDAKernelWriter(CKernelWriter):
 
     def write(self, name: str) -> str:
         head, _, body = super().write(name).partition("{\n")
+        if self.block:  # the compiler keeps to the registers a block of this size may have, so that it launches
+            head = head.replace("void ", f"void __launch_bounds__({self.block}) ", 1)
         shared = "".join(f"  __shared__ {t} {part}[{self.block}];\n" for t, part in self.partials.items())
         return f"{head}{{\n{shared}{body}"
 
