@@ -92,29 +92,27 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     along which some input is constant (each value loaded once, used many times: a register-blocked matmul), UNROLL
     short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous).
     With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
-    opts = _register_opts(ast, vector_lanes)
-    if not has_local or (reduce := main_reduce(ast)) is None:
-        return opts
-    accesses = _accesses(ast)
-    if not any(_block(ast, reduce, opts, *accesses)):
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+        return []
+    accesses, live = _accesses(ast)
+    opts = _register_opts(ast, vector_lanes, accesses)
+    if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
-    opts = _register_opts(ast, vector_lanes, plain_unroll=False)
+    opts = _register_opts(ast, vector_lanes, accesses, plain_unroll=False)
     shape = ast.src[0].src[1].arg.shape
     while True:
-        local, groups = _block(ast, reduce, opts, *accesses)
+        local, groups = _block(ast, reduce, opts, accesses, live)
         blocks = prod(shape) // prod(o.amount for o in opts + local if o.op in ("UPCAST", "LOCAL"))
         if blocks >= MIN_BLOCKS or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
             return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
         opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
 
 
-def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], plain_unroll: bool = True) -> list[Opt]:
+def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], plain_unroll: bool = True
+                   ) -> list[Opt]:  # fmt: skip
     """hand_coded_opts' choice within one thread: vector lanes, register blocks, unrolls (with `plain_unroll`, of a
     plain reduction's innermost axis too)."""
-    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
-        return []
-    accesses, _ = _accesses(ast)
     opts: list[Opt] = []
     if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
         opts.append(vector)
