@@ -198,6 +198,19 @@ def test_heuristics_group_a_whole_sum_and_leave_other_kernels_to_one_thread_each
     assert hand_coded_opts(x.sum().schedule()[-1].ast) == [Opt("UNROLL", 1, 8)]  # the CPU's choice is unchanged
 
 
+def test_a_candidate_that_fails_to_launch_is_timed_as_never_finishing(monkeypatch):
+    import glassgrad.codegen.search as search
+
+    item, _ = kernel_under_test("row_sum", "CPU")
+    timer = search.Timer(item.ast, "CPU")
+
+    def no_launch(*args, **kwargs):
+        raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+
+    monkeypatch.setattr(timer.device, "load", lambda name, src: no_launch)
+    assert timer.seconds((), 1.0) == float("inf")
+
+
 # ---- on a GPU: every action keeps every kernel's results ----
 
 
