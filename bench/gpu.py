@@ -1,7 +1,7 @@
 """glassgrad's CUDA backend side by side with PyTorch and tinygrad 0.14 (CUDA) on one GPU, in one run.
 
 Run (on a machine with an NVIDIA GPU): python bench/gpu.py
-     PARTS=matmul,elementwise,launch,mnist FRAMEWORKS=torch,glassgrad,tinygrad STEPS=20 python bench/gpu.py
+     PARTS=matmul,elementwise,reduce,launch,mnist FRAMEWORKS=torch,glassgrad,tinygrad STEPS=20 python bench/gpu.py
 
 Each framework runs in its own process (three CUDA contexts in one process would share the current-context state).
 - matmul: C = A @ B, square N x N at N = 4096 and 8192 in float32, float16 and bfloat16 (random normal inputs made
@@ -10,6 +10,8 @@ Each framework runs in its own process (three CUDA contexts in one process would
 - elementwise: ((a + b) * a - b) * 0.5 + 1 over 256M float32 (5 ops; one fused kernel in glassgrad and tinygrad,
   five kernels in PyTorch eager); GB/s counts 3 x 1 GiB (two reads, one write). The reference is PyTorch's
   device-to-device copy of 1 GiB (counting its read and its write), the card's copy bandwidth.
+- reduce: sums of 256M float32 (1 GiB): the whole tensor, its rows as (4096, 65536) and (16384, 16384), its
+  columns as (65536, 4096); GB/s counts the 1 GiB read. glassgrad and tinygrad under TinyJit, PyTorch eagerly.
 - launch: (a) eager `(a + b).realize()` on 10-element tensors (PyTorch: `a + b`), microseconds per call over a
   loop of calls ending in one synchronize; (b) a jitted function of 64 tiny dependent kernels, microseconds per
   kernel: glassgrad with its CUDA graph and with JIT_GRAPH=0, tinygrad's TinyJit, PyTorch eager and PyTorch's own
@@ -37,13 +39,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-PARTS = os.environ.get("PARTS", "matmul,elementwise,launch,mnist").split(",")
+PARTS = os.environ.get("PARTS", "matmul,elementwise,reduce,launch,mnist").split(",")
 FRAMEWORKS = os.environ.get("FRAMEWORKS", "torch,glassgrad,tinygrad").split(",")
 STEPS, BS, CHAIN = int(os.environ.get("STEPS", 20)), int(os.environ.get("BS", 512)), 64
 SIZES = tuple(int(n) for n in os.environ.get("SIZES", "4096,8192").split(","))
 DTYPES = ("float32", "float16", "bfloat16")
 ELEMENTS = int(os.environ.get("ELEMENTS", 1 << 28))  # 256M float32: 1 GiB a tensor
 GROUP_S = 0.02  # seconds of queued calls between two synchronizations in `timed`
+# (name, shape, axis) of each reduce row: a whole sum, row sums (few and many rows), column sums
+REDUCTIONS = (("sum all", (ELEMENTS,), None), ("sum rows 4096", (4096, -1), 1), ("sum rows 16384", (16384, -1), 1),
+              ("sum columns 4096", (-1, 4096), 0))  # fmt: skip
 
 
 def timed(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 10, budget_s: float = 10.0) -> float:
@@ -126,6 +131,14 @@ def measure_torch(PARTS: list[str]) -> dict[str, float]:  # noqa: N803 (the part
         out["copy bandwidth GB/s"] = 2 * 4 * ELEMENTS / timed(lambda: dst.copy_(a), sync) / 1e9
         del a, b, dst
         torch.cuda.empty_cache()
+    if "reduce" in PARTS:
+        x = torch.from_numpy(np.random.default_rng(1).random(ELEMENTS, dtype=np.float32)).cuda()
+        for name, shape, axis in REDUCTIONS:
+            view = x.reshape(shape)
+            fn = (lambda v=view: v.sum()) if axis is None else (lambda v=view, a=axis: v.sum(a))
+            out[f"{name} GB/s"] = 4 * ELEMENTS / timed(fn, sync) / 1e9
+        del x
+        torch.cuda.empty_cache()
     if "launch" in PARTS:
         a, b = torch.arange(10, dtype=torch.float32, device="cuda"), torch.ones(10, device="cuda")
         out["eager add us/call"] = per_call(lambda: a + b, sync, 1000) * 1e6
@@ -197,6 +210,16 @@ def measure_lazy(name: str, PARTS: list[str]) -> dict[str, float]:  # noqa: N803
         chain5 = TinyJit(lambda x, y: (((x + y) * x - y) * 0.5 + 1).realize())
         out["elementwise GB/s"] = 3 * 4 * ELEMENTS / timed(lambda: chain5(a, b), sync) / 1e9
         del a, b, chain5
+    if "reduce" in PARTS:
+        x = Tensor(np.random.default_rng(1).random(ELEMENTS, dtype=np.float32), device=device).realize()
+        expected = float(np.random.default_rng(1).random(ELEMENTS, dtype=np.float32).sum(dtype=np.float64))
+        for name, shape, axis in REDUCTIONS:
+            jitted = TinyJit(lambda v, shape=shape, axis=axis: v.reshape(shape).sum(axis).realize())
+            out[f"{name} GB/s"] = 4 * ELEMENTS / timed(lambda jitted=jitted: jitted(x), sync) / 1e9
+            total = float(jitted(x).numpy().astype(np.float64).sum())
+            out[f"{name} error"] = abs(total - expected) / expected
+            del jitted
+        del x
     if "launch" in PARTS:
         a = Tensor(np.arange(10, dtype=np.float32), device=device).realize()
         b = Tensor(np.ones(10, dtype=np.float32), device=device).realize()

@@ -28,6 +28,7 @@ from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, create_schedule
 from glassgrad.schedule.cache import cached_kernelize
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
+from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
@@ -867,7 +868,10 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         axes = tuple(range(self.ndim)) if axis is None else tuple(
             self._axis(a, name) for a in ((axis,) if isinstance(axis, int) else axis))  # fmt: skip
         axes = tuple(sorted(set(a for a in axes if self.ndim)))
-        reduced = Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self) if axes else self
+        if axes and (split := split_reduce(self, op, axes)) is not None:  # a long reduction on a GPU: two kernels
+            reduced = split
+        else:
+            reduced = Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self) if axes else self
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

@@ -16,7 +16,8 @@ import torch
 
 from glassgrad import Device, Tensor, TinyJit, dtypes
 from glassgrad.codegen import get_program
-from glassgrad.renderer.cuda import GROUP_THREADS, CUDARenderer, float_to_half_bits
+from glassgrad.codegen.heuristics import GROUP_THREADS
+from glassgrad.renderer.cuda import CUDARenderer, float_to_half_bits
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAError, CUDAUnavailable
@@ -66,8 +67,8 @@ def test_a_short_outer_loop_gets_a_block_of_threads_per_iteration():
     x = Tensor(np.ones((20, 3000), np.float32), device="CPU").realize()
     (whole,) = _kernels(x.sum())
     assert whole.global_size is None and whole.local_size == (GROUP_THREADS,)
-    assert re.search(r"for \(int (ridx\d+) = threadIdx.x; \1 < \d+; \1 \+= blockDim.x\)", whole.src)
-    assert "__syncthreads();" in whole.src and "if (threadIdx.x == 0) {" in whole.src
+    assert re.search(rf"for \(int (ridx\d+) = threadIdx.x; \1 < \d+; \1 \+= {GROUP_THREADS}\)", whole.src)
+    assert "__syncthreads();" in whole.src and "if ((threadIdx.x<1)) *(data0+0) = red0;" in whole.src
     (rows,) = _kernels(x.max(axis=1))
     assert rows.global_size == (20,) and rows.local_size == (GROUP_THREADS,)
     assert "int gidx = blockIdx.x; int ridx0 = gidx; if (gidx < 20) {" in rows.src

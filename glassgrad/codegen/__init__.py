@@ -8,9 +8,9 @@ from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import lower_kernel
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
 from glassgrad.codegen.vectorize import vectorize
-from glassgrad.helpers import BEAM, NOOPT, colored
+from glassgrad.helpers import BEAM, NOOPT, colored, prod
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
@@ -44,12 +44,17 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
 
     if tensor_cores := tensor_core_opts(ast, renderer):  # a float16/bfloat16 matrix product the tile divides
         return tensor_cores
-    return tuple(hand_coded_opts(ast, renderer.vector_lanes if renderer is not None else ()))
+    if renderer is None:
+        return tuple(hand_coded_opts(ast))
+    return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
 
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple[Opt, ...] | None = None) -> UOp:
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
     opts = choose_opts(ast, renderer) if opts is None else opts
+    if (thread_opts := [o for o in opts if o.op in THREAD_OPS]) and not (renderer is not None and renderer.has_local):
+        device = renderer.device if renderer is not None and renderer.device else "no renderer"
+        raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {device} has none")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
     sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers)
     if renderer is not None and renderer.dialect is not None:
@@ -57,32 +62,37 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
     return vectorize(sink)
 
 
-# colours of a kernel name's parts, as in seed 003: output loops blue (tiles cyan), reduce loops red, upcast lanes
-# yellow, unrolled lanes magenta
-NAME_COLORS = {"tile": "cyan", "loop": "blue", "reduce": "red", "UPCAST": "yellow", "UNROLL": "magenta"}
+# colours of a kernel name's parts, as in seed 003: output loops blue (tiles cyan), a block's LOCAL threads light blue,
+# reduce loops red, a GROUP's threads green, upcast lanes yellow, unrolled lanes magenta
+NAME_COLORS = {"tile": ("cyan", False), "loop": ("blue", False), "LOCAL": ("blue", True), "reduce": ("red", False),
+               "GROUP": ("green", False), "UPCAST": ("yellow", False), "UNROLL": ("magenta", False)}  # fmt: skip
 
 
 def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
-    """The sizes a kernel's name lists, each with its kind: loops first, then reduce loops, then lanes."""
+    """The sizes a kernel's name lists, each with its kind: loops first, then a block's LOCAL threads, reduce loops
+    (each thread's share), a GROUP's threads, then lanes."""
     shape = list(ast.src[0].src[1].arg.shape)
-    tiles, lanes = [], []
+    tiles, lanes, local = [], [], []
     for o in opts:
-        if o.op == "UPCAST":
+        if o.op in ("UPCAST", "LOCAL"):
             shape[o.axis] //= o.amount
-            lanes.append((o.amount, "UPCAST"))
+            (lanes if o.op == "UPCAST" else local).append((o.amount, o.op))
         elif o.op == "TILE":
             tiles.append((shape[o.axis] // o.amount, "tile"))
             shape[o.axis] = o.amount
     main = main_reduce(ast)
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    group = {o.axis: o.amount for o in opts if o.op == "GROUP"}
     reduces = []
     for node in ast.toposort():
         if node.op is Ops.REDUCE_AXIS:
             for a in node.arg[1]:
-                amount = unroll.get(a, 1) if node is main else 1
-                reduces.append((node.src[0].shape[a] // amount, "reduce"))
+                amount, threads = (unroll.get(a, 1), group.get(a, 1)) if node is main else (1, 1)
+                reduces.append((-(-node.src[0].shape[a] // amount // threads), "reduce"))
     lanes += [(o.amount, "UNROLL") for o in opts if o.op == "UNROLL"]
-    parts = tiles + [(s, "loop") for s in shape] + reduces
+    parts = (
+        tiles + [(s, "loop") for s in shape] + local + reduces + [(o.amount, "GROUP") for o in opts if o.op == "GROUP"]
+    )
     return [(s, kind) for s, kind in parts if s != 1] + lanes
 
 
@@ -92,7 +102,7 @@ def kernel_name(ast: UOp, opts: tuple[Opt, ...] = (), color: bool = False) -> st
     With color, each size is coloured by kind (NAME_COLORS); the plain name is the C function's."""
     parts = name_parts(ast, opts)
     prefix = "r" if any(node.op is Ops.REDUCE_AXIS for node in ast.toposort()) else "E"
-    sizes = [colored(str(s), NAME_COLORS[kind]) if color else str(s) for s, kind in parts] or ["1"]
+    sizes = [colored(str(s), *NAME_COLORS[kind]) if color else str(s) for s, kind in parts] or ["1"]
     return f"{prefix}_" + "_".join(sizes)
 
 
@@ -103,7 +113,7 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
     a matmul of (M, K) by (K, N) counts 2*M*N*K (less M*N where its sum is unrolled completely)."""
     indexing = {n for u in program if u.op is Ops.INDEX for s in u.src[1:] for n in s.toposort(_outside_loop_vars)}
     ops = mem = 0
-    trips = 1
+    trips = prod(u.arg[1] for u in program if u.op is Ops.SPECIAL and u.arg[0] == "local")  # a LOCAL's threads
     stack: list[int] = []
     for u in program:
         if u.op is Ops.RANGE:

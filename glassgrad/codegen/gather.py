@@ -43,7 +43,7 @@ def _guard_loads(value: UOp, valid: UOp, changed: set[UOp]) -> UOp:
 
 def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
     """sum_r where(r == e, v(r), 0)  ->  where(0 <= e < n, v(e), 0)."""
-    if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2:
+    if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2 or len(r.src) != 1:  # not a loop threads share
         return None
     e = _index_compared_with(cond, r)
     if e is None:

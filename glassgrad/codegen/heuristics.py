@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
-from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
+from glassgrad.uop.rewrite import graph_rewrite
+from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
 
 MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hide latency, few enough not to spill
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
@@ -16,6 +17,13 @@ VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (A
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
+# GPU blocks (renderers with has_local): where a kernel has few outputs, threads share each one's reduction (GROUP)
+GROUP_BELOW = 8192  # outputs this few leave the GPU idle with one thread each...
+GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
+GROUP_THREADS = 256  # threads that share one output's reduction
+MIN_BLOCKS = 512  # blocks a grouped kernel should have at least: register blocks (UPCASTs) give way below this
+WARP = 32  # threads that load together
+FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
 
 @dataclass
@@ -28,12 +36,15 @@ class Access:
     is_store: bool
 
 
-def _accesses(ast: UOp) -> list[Access]:
-    """Every load and store of the kernel lowered without opts, with its step along each loop."""
+def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
+    """Every load and store of the kernel lowered without opts, with its step along each loop; and the loops left
+    once simplified (a one-hot sum's loop collapses into one load)."""
+    from glassgrad.codegen.gather import collapse_gathers
     from glassgrad.codegen.lowerer import lower_kernel
 
     found = []
-    for node in simplify(lower_kernel(ast)).toposort():
+    sink = simplify(lower_kernel(ast))
+    for node in sink.toposort():
         if node.op not in (Ops.LOAD, Ops.STORE):
             continue
         index = node.src[0]
@@ -46,7 +57,7 @@ def _accesses(ast: UOp) -> list[Access]:
             nested = any(base is not None and base is not r and r in base.toposort() for base, _ in terms)
             steps[r.arg] = None if nested or r in guarded or len(direct) != 1 else direct[0]
         found.append(Access(steps, node.op is Ops.STORE))
-    return found
+    return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
 def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> int:
@@ -76,13 +87,32 @@ def _upcast_amount(size: int, room: int) -> int:
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
-def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
+def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: bool = False) -> list[Opt]:
     """A vector UPCAST of the innermost output axis where memory allows it; for reductions, UPCAST the output axes
     along which some input is constant (each value loaded once, used many times: a register-blocked matmul), UNROLL
-    short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous)."""
+    short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous).
+    With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
-    accesses = _accesses(ast)
+    accesses, live = _accesses(ast)
+    opts = _register_opts(ast, vector_lanes, accesses)
+    if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
+        return opts
+    # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
+    opts = _register_opts(ast, vector_lanes, accesses, plain_unroll=False)
+    shape = ast.src[0].src[1].arg.shape
+    while True:
+        local, groups = _block(ast, reduce, opts, accesses, live)
+        blocks = prod(shape) // prod(o.amount for o in opts + local if o.op in ("UPCAST", "LOCAL"))
+        if blocks >= MIN_BLOCKS or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
+            return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
+        opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
+
+
+def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], plain_unroll: bool = True
+                   ) -> list[Opt]:  # fmt: skip
+    """hand_coded_opts' choice within one thread: vector lanes, register blocks, unrolls (with `plain_unroll`, of a
+    plain reduction's innermost axis too)."""
     opts: list[Opt] = []
     if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
         opts.append(vector)
@@ -127,7 +157,7 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
         if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= MAX_UNROLLED_TERMS:
             opts.append(Opt("UNROLL", axis, full[axis]))
             lanes *= full[axis]
-    if lanes == 1 and vector is None:  # a plain reduction: several terms per iteration shorten the chain of adds
+    if lanes == 1 and vector is None and plain_unroll:  # a plain reduction: several terms a step shorten the chain
         inner = reduced[-1]
         amount = next((a for a in (8, 4, 2) if full[inner] % a == 0 and full[inner] > a), 1)
         if amount > 1:
@@ -159,3 +189,57 @@ def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: t
         return None
     width = _vector_width(reduce.src[0].shape[inner], reduce.dtype.itemsize, vector_lanes)
     return Opt("UNROLL", inner, width) if width > 1 else None
+
+
+def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live: set[int]) -> tuple[list[Opt], ...]:
+    """(LOCALs, GROUPs) for a reduction on a GPU, so that each warp's loads are coalesced and the GPU has work.
+
+    With fewer than GROUP_BELOW outputs (after the upcasts) and a reduction of GROUP_FROM terms or more, up to
+    GROUP_THREADS threads share each output's reduction. They take the reduced axes along which the loads move least
+    first, so that neighbouring threads read neighbouring addresses (a weight gradient's sum over the batch and the
+    image: its contiguous x axis, then y, not the batch). Where no reduced axis is contiguous but an output axis is (a
+    column sum), a LOCAL gives a warp's threads neighbouring outputs first. With many outputs, a warp shares each one's
+    reduction only where the reduced axis is contiguous and no output axis is (a long row sum)."""
+    shape = ast.src[0].src[1].arg.shape
+    upcast = {a: prod(o.amount for o in opts if o.op == "UPCAST" and o.axis == a) for a in range(len(shape))}
+    unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    sizes = {a: reduce.src[0].shape[a] // unroll.get(a, 1) for a in reduce.arg[1]}
+    loop = {a: len(shape) + i for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
+    axes = [a for a in reduce.arg[1] if sizes[a] >= 2 and loop[a] in live]  # a one-hot sum's loop is gone: no GROUP
+    if not axes or prod(sizes[a] for a in axes) < GROUP_FROM:
+        return [], []
+    loads = [acc for acc in accesses if not acc.is_store]
+
+    def spread(loop: int) -> int:
+        return sum(FAR if (s := acc.steps.get(loop, 0)) is None else abs(s) for acc in loads)
+
+    def coalesced(loop: int, store: bool = False) -> bool:  # every access steps by at most one element, some by one
+        moving = [acc.steps.get(loop, 0) for acc in accesses if store or not acc.is_store]
+        return all(s in (0, 1, -1) for s in moving) and any(s in (1, -1) for s in moving)
+
+    axes.sort(key=lambda a: (spread(loop[a]), -sizes[a]))
+    outputs = [a for a in range(len(shape)) if shape[a] // upcast[a] > 1 and coalesced(a, store=True)]
+    local: list[Opt] = []
+    if not coalesced(loop[axes[0]]) and outputs:
+        axis = outputs[-1]
+        amount = max(n for n in range(1, WARP + 1) if shape[axis] // upcast[axis] % n == 0)
+        local = [Opt("LOCAL", axis, amount)] if 2 * amount > WARP else []
+    blocks = prod(shape) // prod(upcast.values()) // block_threads(local)
+    # a LOCAL's outputs take part of a block: larger blocks where the blocks are few (a column sum into 4096 outputs)
+    room = min(MAX_BLOCK_THREADS, max(GROUP_THREADS, (GROUP_THREADS << 8) // blocks)) if local else GROUP_THREADS
+    room //= block_threads(local)
+    if blocks >= GROUP_BELOW:  # enough threads already
+        if local or outputs or not coalesced(loop[axes[0]]) or sizes[axes[0]] < 2 * WARP:
+            return [], []
+        room = WARP
+    groups: list[Opt] = []
+    for axis in axes:
+        threads = block_threads(groups)
+        share = room // threads  # threads a block still has for this axis
+        if share < 2 or 2 * threads > room:
+            break
+        # the whole axis where it fits; else even shares where they keep whole warps (or the block is small)
+        divisor = max(n for n in range(1, min(sizes[axis], share) + 1) if sizes[axis] % n == 0)
+        even = divisor == sizes[axis] or 2 * divisor > share and (divisor % WARP == 0 or share < WARP)
+        groups.append(Opt("GROUP", axis, divisor if even else share))
+    return local, groups

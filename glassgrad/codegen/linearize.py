@@ -23,7 +23,8 @@ class Linearizer:
 
     def __init__(self, sink: UOp):
         self.deps = range_deps(sink)
-        self.reduces = [node for node in sink.toposort() if node.op is Ops.REDUCE]
+        # (a REDUCE over a GROUP's thread variables combines the threads' partial results: the renderer's job)
+        self.reduces = [node for node in sink.toposort() if node.op is Ops.REDUCE and node.src[1].op is Ops.RANGE]
         self.program: list[UOp] = []
         self.emitted: dict[UOp, UOp] = {}
         self.open: set[UOp] = set()
@@ -32,7 +33,7 @@ class Linearizer:
     def emit(self, node: UOp) -> UOp:
         if node in self.emitted:
             return self.emitted[node]
-        if node.op is Ops.REDUCE:
+        if node.op is Ops.REDUCE and node.src[1].op is Ops.RANGE:
             result = self._emit_reduce(node)
         else:
             result = node.replace(src=tuple(self.emit(s) for s in node.src))
@@ -42,7 +43,8 @@ class Linearizer:
 
     def _open_loops(self, ranges: list[UOp]) -> None:
         for r in ranges:
-            self.emit(r.src[0])
+            for s in r.src:  # its size, and the thread variable of a loop that a block's threads share
+                self.emit(s)
             self.program.append(r)
             self.emitted[r] = r
             self.open.add(r)

@@ -6,7 +6,7 @@ import functools
 import itertools
 import operator
 
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -14,11 +14,38 @@ from glassgrad.uop.ops import GroupOp, Ops, UOp
 IDX = dtypes.int  # index arithmetic is int32
 
 
-def make_range(axis: int, size: int, dtype=IDX) -> UOp:
-    """A loop variable running 0 .. size-1; a size-1 dimension needs no loop and is the constant 0."""
-    if size == 1:
+def make_range(axis: int, size: int, dtype=IDX, thread: UOp | None = None) -> UOp:
+    """A loop variable running 0 .. size-1; a size-1 dimension needs no loop and is the constant 0.
+
+    With `thread` (a GROUP's part of the thread index, 0 .. n-1), the n threads of a block share the loop: each runs
+    the iterations thread, thread+n, ... (the renderer's job; the variable still takes every value 0 .. size-1)."""
+    if size == 1 and thread is None:
         return UOp.const(dtype, 0)
-    return UOp(Ops.RANGE, dtype, (UOp.const(dtype, size),), arg=axis)
+    return UOp(
+        Ops.RANGE, dtype, (UOp.const(dtype, size),) if thread is None else (UOp.const(dtype, size), thread), axis
+    )
+
+
+def thread_vars(opts: tuple[Opt, ...], dtype: DType = IDX) -> list[UOp | None]:
+    """For each LOCAL and GROUP action, its part of the thread index within a block: SPECIAL((kind, n, stride,
+    block)), the thread index divided by `stride`, modulo n. The first action's part varies fastest from thread to
+    thread, so its neighbouring iterations run on neighbouring threads (a warp's loads are coalesced along it).
+    None for the other actions."""
+    block = block_threads(opts)
+    if block > MAX_BLOCK_THREADS:
+        raise ValueError(f"{[o for o in opts if o.op in THREAD_OPS]} ask for {block} threads in a block; "
+                         f"a block holds at most {MAX_BLOCK_THREADS}")  # fmt: skip
+    found: list[UOp | None] = []
+    stride = 1
+    for o in opts:
+        if o.op not in THREAD_OPS:
+            found.append(None)
+            continue
+        if o.amount < 2:
+            raise ValueError(f"{o}: a block's threads split an axis in 2 or more parts")
+        found.append(UOp(Ops.SPECIAL, dtype, (), arg=(o.op.lower(), o.amount, stride, block)))
+        stride *= o.amount
+    return found
 
 
 def index_dtype(ast: UOp) -> DType:
@@ -46,9 +73,11 @@ class Lowerer:
     """
 
     def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None,
-                 idx_dtype: DType = IDX, vector_unroll: int | None = None):  # fmt: skip
+                 idx_dtype: DType = IDX, vector_unroll: int | None = None,
+                 group: dict[int, UOp] | None = None):  # fmt: skip
         self.next_axis, self.idx_dtype = first_free_axis, idx_dtype
-        self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL acts on the loops of one REDUCE_AXIS
+        self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL and GROUP act on the loops of one REDUCE_AXIS
+        self.group = group or {}  # a reduced axis -> the thread variable of the GROUP that shares its loop
         self.vector_unroll = vector_unroll  # the reduced axis whose unrolled lanes are vector lanes, if any
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
@@ -96,7 +125,11 @@ class Lowerer:
                     raise ValueError(
                         f"UNROLL({axis}, {self._unroll(node, axis)}) does not divide the reduced axis of {size}"
                     )
-                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype)
+                thread = self.group.get(axis) if node is self.unrolled else None
+                if thread is not None and size // self._unroll(node, axis) < 2:
+                    raise ValueError(f"GROUP({axis}, {thread.arg[1]}) needs a loop of 2 or more iterations to share; "
+                                     f"reduced axis {axis} has {size // self._unroll(node, axis)} left")  # fmt: skip
+                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype, thread)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
         return self.reduce_ranges[node]
@@ -124,6 +157,8 @@ class Lowerer:
         loops = [r for r in ranges.values() if r.op is Ops.RANGE]
         if loops:
             value = UOp(Ops.REDUCE, value.dtype, (value, *loops), arg=op)
+        if threads := [self.group[a] for a in axes if a in self.group and node is self.unrolled]:
+            value = UOp(Ops.REDUCE, value.dtype, (value, *threads), arg=op)  # the threads' partial results combined
         if lane is None:
             return value
         return combine_tree(op, [UOp(Ops.GEP, value.dtype, (value,), arg=i) for i in range(lane.arg[1])])
@@ -174,17 +209,24 @@ class OutputLoops:
     size/n, stride*n). TILE(a, n) keeps n iterations in the axis's loop and moves the rest into an outer loop that
     runs before every other output loop: threads split it, and each tile's inputs stay in cache."""
 
-    def __init__(self, shape: tuple[int, ...], opts: tuple[Opt, ...], vector: Opt | None, idx_dtype: DType):
+    def __init__(self, shape: tuple[int, ...], opts: tuple[Opt, ...], vector: Opt | None, idx_dtype: DType,
+                 threads: list[UOp | None] | None = None):  # fmt: skip
         self.main = [(size, 1) for size in shape]
         tiles: list[tuple[int, int, int]] = []  # (axis, size, stride)
         self.lanes: list[tuple[int, int, int, Opt]] = []  # (axis, amount, stride, opt)
-        for o in opts:
-            if o.op not in ("UPCAST", "TILE"):
+        self.locals: list[tuple[int, UOp, int]] = []  # (axis, thread variable, stride)
+        for o, thread in zip(opts, threads or [None] * len(opts)):
+            if o.op not in ("UPCAST", "TILE", "LOCAL"):
                 continue
+            if not 0 <= o.axis < len(shape):
+                raise ValueError(f"{o}: the output has no axis {o.axis} (it has {len(shape)})")
             size, stride = self.main[o.axis]
             if o.amount < 1 or size % o.amount:
                 raise ValueError(f"{o} does not divide output axis {o.axis}, whose loop has {size} iterations left")
-            if o.op == "UPCAST":
+            if o.op == "LOCAL":  # like an UPCAST, but its outputs go to neighbouring threads instead of lanes
+                self.locals.append((o.axis, thread, stride))
+                self.main[o.axis] = (size // o.amount, stride * o.amount)
+            elif o.op == "UPCAST":
                 self.lanes.append((o.axis, o.amount, stride, o))
                 self.main[o.axis] = (size // o.amount, stride * o.amount)
             else:
@@ -201,6 +243,8 @@ class OutputLoops:
         base: list[list[UOp]] = [[] for _ in self.main]
         for axis, r, stride in self.ranges:
             base[axis].append(r * stride if stride != 1 else r)
+        for axis, thread, stride in self.locals:
+            base[axis].append(thread * stride if stride != 1 else thread)
         scalar = []
         for axis, amount, stride, o in self.lanes:
             if o is self.vector:
@@ -229,14 +273,32 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, 
         return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=0)
     idx_dtype = index_dtype(ast)
     vector = vector_opt(opts, vector_lanes)
-    loops = OutputLoops(shape, opts, vector, idx_dtype)
+    threads = thread_vars(opts, idx_dtype)
+    loops = OutputLoops(shape, opts, vector, idx_dtype, threads)
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    group = _grouped_axes(ast, opts, threads)
     vector_unroll = vector.axis if vector is not None and vector.op == "UNROLL" else None
-    lowerer = Lowerer(loops.n_loops, unroll, main_reduce(ast), idx_dtype, vector_unroll)
+    lowerer = Lowerer(loops.n_loops, unroll, main_reduce(ast), idx_dtype, vector_unroll, group)
     for idxs in loops.indices():
         for store in ast.src:
             buf, view, value = store.src
             idx, valid = view.arg.to_indexed(list(idxs))
+            for thread in group.values():  # after the combine every thread of a group holds the result: one stores
+                valid = thread < 1 if _is_true(valid) else valid & (thread < 1)
             index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
             stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs))))
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=loops.n_loops)
+
+
+def _grouped_axes(ast: UOp, opts: tuple[Opt, ...], threads: list[UOp | None]) -> dict[int, UOp]:
+    """Each reduced axis of the main reduction that a GROUP shares, with its thread variable."""
+    reduce, group = main_reduce(ast), {}
+    for o, thread in zip(opts, threads):
+        if o.op != "GROUP":
+            continue
+        if reduce is None or o.axis not in reduce.arg[1]:
+            raise ValueError(f"{o}: axis {o.axis} is not a reduced axis of the kernel's reduction")
+        if o.axis in group:
+            raise ValueError(f"{o}: reduced axis {o.axis} is already shared by a GROUP")
+        group[o.axis] = thread
+    return group

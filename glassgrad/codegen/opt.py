@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
+
+THREAD_OPS = ("LOCAL", "GROUP")  # actions that give a kernel a block of threads: only renderers with blocks take them
+MAX_BLOCK_THREADS = 1024  # the most threads a CUDA block holds
 
 
 @dataclass(frozen=True)
 class Opt:
     """UPCAST(axis, n): compute n neighbouring outputs along an output axis per iteration, in registers.
-    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop."""
+    UNROLL(axis, n): combine n neighbouring terms of a reduced axis per iteration of its loop.
+    TILE(axis, n): keep n iterations of an output axis's loop; the rest becomes a loop outside every other.
+    LOCAL(axis, n): n neighbouring outputs along an output axis go to n threads of one block (a GPU's).
+    GROUP(axis, n): n threads of a block share a reduced axis's loop, each taking every n-th iteration, and combine
+    their partial results through shared memory."""
 
     op: str
     axis: int
@@ -22,8 +30,13 @@ class Opt:
         return f"{self.op}({self.axis}, {self.amount})"
 
 
+def block_threads(opts: tuple[Opt, ...] | list[Opt]) -> int:
+    """Threads of one block that the LOCAL and GROUP actions ask for (1: none)."""
+    return prod(o.amount for o in opts if o.op in THREAD_OPS)
+
+
 def main_reduce(ast: UOp) -> UOp | None:
-    """The outermost REDUCE_AXIS of a kernel: the one whose loops UNROLL acts on."""
+    """The outermost REDUCE_AXIS of a kernel: the one whose loops UNROLL and GROUP act on."""
     for node in reversed(ast.src[0].src[2].toposort() if ast.src and ast.src[0].op is Ops.STORE else []):
         if node.op is Ops.REDUCE_AXIS:
             return node

@@ -1,6 +1,7 @@
 """BEAM search: time candidate optimizations of a kernel on its device, keep the best N, cache the winner on disk.
 
-`BEAM=N` makes every new kernel search: starting from no optimizations, each round applies every valid action to
+`BEAM=N` makes every new kernel search: starting from the heuristics' choice (and from no optimizations, for small
+kernels), each round applies every valid action (on a GPU LOCAL and GROUP too) to
 each of the N fastest kernels so far, compiles and times the results on the device (on scratch buffers of the
 kernel's sizes), and keeps the N fastest; it stops when a round finds nothing faster. The chosen actions are stored
 under cache_dir()/beam, keyed by the kernel's AST, the device, its compiler and N, so a second run does not search.
@@ -13,13 +14,15 @@ import json
 import os
 import time
 
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
 from glassgrad.helpers import DEBUG, cache_dir, prod
 from glassgrad.uop.ops import Ops, UOp
 
 UPCAST_AMOUNTS = (2, 3, 4, 8, 16)
 UNROLL_AMOUNTS = (2, 4, 8, 16)
 TILE_AMOUNTS = (2, 4, 8, 16)
+LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)  # a block's threads along an output axis
+GROUP_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)  # threads sharing a reduced axis's loop (need not divide it)
 MAX_LANES = 256  # outputs and unrolled terms per iteration: beyond this the code stops fitting in registers
 TIMING_RUNS = 3
 SLOW_FACTOR = 3.0  # a candidate this much slower than the best after one run is not timed again
@@ -35,19 +38,28 @@ def reduce_size(ast: UOp) -> int:
     return prod(reduce.src[0].shape[a] for a in reduce.arg[1]) if reduce is not None else 1
 
 
-def valid(ast: UOp, opts: tuple[Opt, ...]) -> bool:
-    """Every action splits a loop into a whole number of pieces, each axis is unrolled once, and lanes stay few."""
+def valid(ast: UOp, opts: tuple[Opt, ...], has_local: bool = False) -> bool:
+    """Every action splits a loop into a whole number of pieces (a GROUP's threads share a loop of 2 or more
+    iterations, evenly or not), each reduced axis is unrolled and grouped once, lanes stay few, and a block holds its
+    threads; LOCAL and GROUP only where the renderer has blocks of threads (`has_local`)."""
     out, red = list(output_shape(ast)), {}
     reduce = main_reduce(ast)
     if reduce is not None:
         red = {a: reduce.src[0].shape[a] for a in reduce.arg[1]}
     if any(o.op == "TC" for o in opts):  # a tensor-core kernel takes no other action (the seeds hold each one)
         return False
-    lanes, unrolled = 1, set()
+    lanes, unrolled, grouped = 1, set(), set()
     for o in opts:
-        sizes = red if o.op == "UNROLL" else out
-        if o.axis not in (sizes if o.op == "UNROLL" else range(len(out))) or o.amount < 2:
+        if o.op in THREAD_OPS and not has_local:
             return False
+        sizes = red if o.op in ("UNROLL", "GROUP") else out
+        if o.axis not in (sizes if o.op in ("UNROLL", "GROUP") else range(len(out))) or o.amount < 2:
+            return False
+        if o.op == "GROUP":
+            if o.axis in grouped:
+                return False
+            grouped.add(o.axis)
+            continue
         if sizes[o.axis] % o.amount or sizes[o.axis] == o.amount and o.op == "TILE":
             return False
         if o.op == "UNROLL":
@@ -56,21 +68,27 @@ def valid(ast: UOp, opts: tuple[Opt, ...]) -> bool:
             unrolled.add(o.axis)
         if o.op in ("UPCAST", "UNROLL"):
             lanes *= o.amount
+        if o.op in ("UPCAST", "UNROLL", "LOCAL"):
             sizes[o.axis] //= o.amount
         else:
             sizes[o.axis] = o.amount
-    return lanes <= MAX_LANES
+    shared = all(red[a] >= 2 for a in grouped)  # what UNROLL leaves of a grouped loop
+    return lanes <= MAX_LANES and shared and block_threads(opts) <= MAX_BLOCK_THREADS
 
 
-def actions(ast: UOp) -> list[Opt]:
-    """Every single action that might apply to this kernel."""
+def actions(ast: UOp, has_local: bool = False) -> list[Opt]:
+    """Every single action that might apply to this kernel (LOCAL and GROUP where the renderer has blocks)."""
     out = output_shape(ast)
     reduce = main_reduce(ast)
     found = [Opt("UPCAST", a, n) for a in range(len(out)) for n in _amounts(UPCAST_AMOUNTS, out[a])]
     found += [Opt("TILE", a, n) for a in range(len(out)) for n in TILE_AMOUNTS]
+    if has_local:
+        found += [Opt("LOCAL", a, n) for a in range(len(out)) for n in _amounts(LOCAL_AMOUNTS, out[a])]
     if reduce is not None:
         full = reduce.src[0].shape
         found += [Opt("UNROLL", a, n) for a in reduce.arg[1] for n in _amounts(UNROLL_AMOUNTS, full[a])]
+        if has_local:
+            found += [Opt("GROUP", a, n) for a in reduce.arg[1] for n in GROUP_AMOUNTS if n <= full[a]]
     return found
 
 
@@ -104,7 +122,12 @@ class Timer:
         times = []
         for _ in range(TIMING_RUNS):
             start = time.perf_counter()
-            program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=True)
+            try:
+                program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=True)
+            except Exception as error:  # a block that asks for more registers than the GPU has does not launch
+                if DEBUG >= 2:
+                    print(f"BEAM: {list(opts)} failed to launch: {error}")
+                return float("inf")
             times.append(time.perf_counter() - start)
             if times[0] > SLOW_FACTOR * best:
                 break
@@ -140,7 +163,8 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     timer = Timer(ast, device)
     start = time.perf_counter()
     # the search starts from the hand-coded opts, and from none where plain loops cannot take long
-    seeds = {tuple(hand_coded_opts(ast, timer.device.renderer.vector_lanes))}
+    renderer = timer.device.renderer
+    seeds = {tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))}
     if prod(output_shape(ast)) * reduce_size(ast) <= PLAIN_LOOPS_LIMIT:
         seeds.add(())
     seeds |= {(tc,) for tc in tensor_core_actions(ast, timer.device.renderer)}  # every tile configuration that fits
@@ -150,9 +174,9 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
         best = beam[0][1]
         candidates = []
         for opts, _ in beam:
-            for action in actions(ast):
+            for action in actions(ast, renderer.has_local):
                 new = opts + (action,)
-                if new in tried or not valid(ast, new):
+                if new in tried or not valid(ast, new, renderer.has_local):
                     continue
                 tried.add(new)
                 candidates.append((new, timer.seconds(new, best)))

@@ -290,13 +290,17 @@ class CKernelWriter:
             Ops.DEFINE_GLOBAL: self.define_global, Ops.CONST: self.const, Ops.RANGE: self.range,
             Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load, Ops.STORE: self.store,
             Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign, Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
-        }  # fmt: skip
+        } | self.dialect_handlers()  # fmt: skip
         self.params: list[str] = []
         for u in self.program:
             handlers.get(u.op, self.alu)(u)
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params
         return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
+
+    def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
+        """Writers for ops only a dialect has (CUDA's thread indices and shared-memory combines)."""
+        return {}
 
     def define_global(self, u: UOp) -> None:
         self.names[u] = f"data{u.arg}"

@@ -1,9 +1,9 @@
 """CUDA C: the C-style renderer's dialect for NVIDIA GPUs, compiled by NVRTC.
 
 The outer output loop becomes the grid: each thread computes one of its iterations (`ridx0` is the thread's global
-index, guarded against the loop's size) and runs the inner loops itself. Where that leaves too few threads for the
-work (a whole-tensor sum; a few long rows), one iteration gets a block of threads instead: they split the reduction
-loops between them and combine their partial accumulators through shared memory.
+index, guarded against the loop's size) and runs the inner loops itself. A kernel with LOCAL or GROUP actions gets a
+block of threads for each grid index instead: a LOCAL's threads compute neighbouring outputs, a GROUP's share a
+reduction loop and combine their partial results through shared memory (codegen/opt.py; the heuristics choose them).
 
 half and bfloat16 are stored as their 16 bits and converted to and from float with PTX's own conversions, so a kernel
 needs no toolkit header; their math runs in float32, as on the CPU (the `small_float_math` dialect).
@@ -47,9 +47,6 @@ def float_to_half_bits(value: float) -> int:
         return 0xFC00 if value < 0 else 0x7C00
 
 
-GROUP_THREADS = 256  # threads that share one iteration of the outer loop, where they do
-GROUP_BELOW = 8192  # outer loops this short leave the GPU idle with one thread per iteration...
-GROUP_FROM = 128  # ...and reductions at least this long are worth splitting
 THREAD_ITEMS = 4  # grid indices each thread of a large loop-free kernel computes: their loads are in flight together
 ITEMS_FROM = 1 << 20  # (bench/gpu_elementwise.py, H100: 0.84 of copy bandwidth with one, 1.02 with four a thread)
 
@@ -90,33 +87,14 @@ def thread_items(program: list[UOp], grid: list[UOp]) -> int:
     return THREAD_ITEMS if sum(u.op is Ops.RANGE for u in program) == len(grid) else 1
 
 
-def shared_loops(program: list[UOp], grid: list[UOp]) -> dict[UOp, UOp]:
-    """Where a block of threads shares the work of one grid index: for each reduction loop directly in the grid loops'
-    body (the kernel's, with none), the loop of its nest that the threads split. That is the longest loop holding
-    every accumulator the nest defines or updates, so each of them is one thread's alone or combined after the nest.
-    Empty (a thread per grid index) where the grid is large, the reductions short, or a loop stores."""
-    nests: dict[UOp, list[UOp]] = {}  # each loop in the body, with the loops inside it
-    accumulating: dict[UOp, list[list[UOp]]] = {}  # and the loops open around each DEFINE_ACC and ASSIGN in it
-    open_loops: list[UOp] = []
-    for u in program:
-        top = open_loops[len(grid)] if len(open_loops) > len(grid) and open_loops[: len(grid)] == grid else None
-        if u.op is Ops.RANGE:
-            if open_loops == grid:
-                top, nests[u], accumulating[u] = u, [], []
-            if top is not None:
-                nests[top].append(u)
-            open_loops.append(u)
-        elif u.op is Ops.ENDRANGE:
-            open_loops.pop()
-        elif top is not None and u.op is Ops.STORE:
-            return {}  # a loop that stores is an output loop, not a reduction
-        elif top is not None and u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
-            accumulating[top].append(list(open_loops))
-    if not nests or prod(size(loop) for loop in grid) >= GROUP_BELOW:
-        return {}
-    plan = {top: max((loop for loop in nest if all(loop in around for around in accumulating[top])), key=size)
-            for top, nest in nests.items()}  # fmt: skip
-    return plan if max(size(loop) for loop in plan.values()) >= GROUP_FROM else {}
+def block_size(program: list[UOp]) -> int | None:
+    """Threads in a block, as the kernel's LOCAL and GROUP actions asked (each thread index variable records it);
+    None where it has none: then each thread takes its own grid indices."""
+    return next((u.arg[3] for u in program if u.op is Ops.SPECIAL and u.arg[0] in ("local", "group")), None)
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 
 
 def _uses(program: list[UOp], dtype: DType) -> bool:
@@ -130,6 +108,7 @@ class CUDARenderer(CStyleRenderer):
     kernel_prefix = 'extern "C" __global__ void'
     restrict = "__restrict__"
     split_outer_loop = True
+    has_local = True  # blocks of threads: the LOCAL and GROUP actions
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
     tile_configs = TILE_CONFIGS  # tensor-core matrix products (renderer/cuda_tc.py); the device clears it before sm_80
@@ -137,10 +116,9 @@ class CUDARenderer(CStyleRenderer):
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""
-        grid = grid_loops(program, outer_loop)
-        local = (GROUP_THREADS,) if shared_loops(program, grid) else None
-        threads = -(-prod(size(loop) for loop in grid) // thread_items(program, grid))
-        return ((threads,) if grid else None), local
+        grid, block = grid_loops(program, outer_loop), block_size(program)
+        threads = -(-prod(size(loop) for loop in grid) // (1 if block else thread_items(program, grid)))
+        return ((threads,) if grid else None), ((block,) if block else None)
 
     def render_const(self, value, dtype: DType) -> str:
         if dtype == dtypes.float16:
@@ -172,80 +150,88 @@ class CUDARenderer(CStyleRenderer):
 
 
 class CUDAKernelWriter(CKernelWriter):
-    """The C writer, plus blocks of threads that share the reduction loops of one outer iteration."""
+    """The C writer, plus the grid, the thread indices of a block (LOCAL, GROUP) and the combines of a GROUP's partial
+    results through shared memory."""
 
     def __init__(self, renderer: CUDARenderer, program: list[UOp], outer_loop: UOp | None = None):
         super().__init__(renderer, program, outer_loop)
         self.grid = grid_loops(program, outer_loop)
-        self.plan = shared_loops(program, self.grid)
-        self.items = thread_items(program, self.grid)
-        self.split = set(self.plan.values())
-        self.updates: dict[UOp, dict[UOp, UOp]] = {top: {} for top in self.plan}  # accumulators combined after each
+        self.block = block_size(program)
+        self.items = 1 if self.block else thread_items(program, self.grid)
         self.partials: dict[str, str] = {}  # a shared array per type, reused by every combine
-        position = {u: i for i, u in enumerate(program)}
-        open_loops: list[UOp] = []
-        for u in program:
-            if u.op is Ops.RANGE:
-                open_loops.append(u)
-            elif u.op is Ops.ENDRANGE:
-                open_loops.pop()
-            elif u.op is Ops.ASSIGN and (top := next((r for r in open_loops if r in self.plan), None)):
-                if position[u.src[0]] < position[top]:  # an accumulator from before the nest: partial in each thread
-                    self.updates[top][u.src[0]] = u
+
+    def write(self, name: str) -> str:
+        head, _, body = super().write(name).partition("{\n")
+        if self.block:  # the compiler keeps to the registers a block of this size may have, so that it launches
+            head = head.replace("void ", f"void __launch_bounds__({self.block}) ", 1)
+        shared = "".join(f"  __shared__ {t} {part}[{self.block}];\n" for t, part in self.partials.items())
+        return f"{head}{{\n{shared}{body}"
+
+    def dialect_handlers(self) -> dict:
+        return {Ops.SPECIAL: self.special, Ops.REDUCE: self.combine}
+
+    def special(self, u: UOp) -> None:
+        """A LOCAL's or GROUP's part of the thread index: threadIdx.x / stride % n."""
+        _, n, stride, block = u.arg
+        index = "threadIdx.x" if stride == 1 else f"(threadIdx.x/{stride})"
+        self.names[u] = index if n * stride == block else f"({index}%{n})"
 
     def range(self, u: UOp) -> None:
-        if u not in self.split and u not in self.grid:
+        if len(u.src) > 1:  # a loop the threads of a GROUP share: each takes every n-th iteration
+            name, thread = f"ridx{u.arg}", u.src[1]
+            self.names[u] = name
+            self.line(f"for (int {name} = {self.names[thread]}; {name} < {self.names[u.src[0]]}; "
+                      f"{name} += {thread.arg[1]}) {{")  # fmt: skip
+            self.depth += 1
+            return
+        if u not in self.grid:
             return super().range(u)
         name, bound = f"ridx{u.arg}", self.names[u.src[0]]
         self.names[u] = name
-        if u in self.grid:  # each thread (or block) has one global index: gidx, unravelled over the grid loops
-            i = self.grid.index(u)
-            inner = prod(size(loop) for loop in self.grid[i + 1 :])
-            index = "gidx" if inner == 1 else f"(gidx/{inner})"
-            index = index if i == 0 else f"({index}%{bound})"
-            if i > 0:
-                self.line(f"int {name} = {index}; {{")
-            else:
-                gidx = "blockIdx.x" if self.plan else "blockIdx.x*blockDim.x+threadIdx.x"
-                if self.items > 1:  # a fixed count the compiler unrolls: every item's loads issue before any store
-                    self.line(f"for (int gitem = 0; gitem < {self.items}; gitem++) {{")
-                    self.depth += 1
-                    gidx = f"(blockIdx.x*{self.items}+gitem)*blockDim.x+threadIdx.x"  # a block's items lie side by side
-                total = prod(size(loop) for loop in self.grid)
-                self.line(f"int gidx = {gidx}; int {name} = {index}; if (gidx < {total}) {{")
-        else:  # the block's threads take turns
-            self.line(f"for (int {name} = threadIdx.x; {name} < {bound}; {name} += blockDim.x) {{")
+        # each thread (or block) has one global index: gidx, unravelled over the grid loops
+        i = self.grid.index(u)
+        inner = prod(size(loop) for loop in self.grid[i + 1 :])
+        index = "gidx" if inner == 1 else f"(gidx/{inner})"
+        index = index if i == 0 else f"({index}%{bound})"
+        if i > 0:
+            self.line(f"int {name} = {index}; {{")
+        else:
+            gidx = "blockIdx.x" if self.block else "blockIdx.x*blockDim.x+threadIdx.x"
+            if self.items > 1:  # a fixed count the compiler unrolls: every item's loads issue before any store
+                self.line(f"for (int gitem = 0; gitem < {self.items}; gitem++) {{")
+                self.depth += 1
+                gidx = f"(blockIdx.x*{self.items}+gitem)*blockDim.x+threadIdx.x"  # a block's items lie side by side
+            total = prod(size(loop) for loop in self.grid)
+            self.line(f"int gidx = {gidx}; int {name} = {index}; if (gidx < {total}) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:
         super().endrange(u)
         if self.items > 1 and u.src[0] is self.grid[0]:  # the loop over a thread's items
             super().endrange(u)
-        for assign in self.updates.get(u.src[0], {}).values():
-            self.combine(assign)
 
-    def combine(self, assign: UOp) -> None:
-        """Every thread's partial accumulator, reduced as a tree in shared memory; each thread reads the total."""
-        acc, dtype, op = self.names[assign.src[0]], assign.dtype, assign.src[1].op
-        op = Ops.ADD if op is Ops.MULACC else op  # partial sums of products add up
+    def combine(self, u: UOp) -> None:
+        """REDUCE(partial, *threads): the partial results of a GROUP's threads, combined as a tree in shared memory
+        along each thread variable in turn; every thread then reads the total of its own LOCAL position."""
+        value, threads, dtype = u.src[0], u.src[1:], u.dtype
         if (part := self.partials.get(type_name := self.r.type_name(dtype))) is None:
             part = self.partials[type_name] = self.fresh("part")
-            self.line(f"__shared__ {type_name} {part}[{GROUP_THREADS}];")
-        both = self.r.render_alu(op, dtype, [f"{part}[threadIdx.x]", f"{part}[threadIdx.x+step]"], assign.src[1].src)
-        self.line(f"{part}[threadIdx.x] = {acc};")
+        mine = f"{part}[threadIdx.x]"
+        self.line(f"{mine} = {self.names[value]};")
         self.line("__syncthreads();")
-        self.line("for (int step = blockDim.x/2; step > 0; step >>= 1) {")
-        self.line(f"  if (threadIdx.x < step) {part}[threadIdx.x] = {both};")
-        self.line("  __syncthreads();")
-        self.line("}")
-        self.line(f"{acc} = {part}[0];")
+        first = []  # the offset from this thread's slot to the slot of the first thread of its group
+        for thread in threads:
+            _, n, stride, _ = thread.arg
+            other = f"{part}[threadIdx.x+step{'' if stride == 1 else f'*{stride}'}]"
+            both = self.r.render_alu(u.arg, dtype, [mine, other], (value, value))
+            index = self.names[thread]
+            self.line(f"for (int step = {_next_power_of_two(n) // 2}; step > 0; step >>= 1) {{")
+            inside = "" if n == _next_power_of_two(n) else f" && {index}+step < {n}"  # a tree over n threads
+            self.line(f"  if ({index} < step{inside}) {mine} = {both};")
+            self.line("  __syncthreads();")
+            self.line("}")
+            first.append(index if stride == 1 else f"{index}*{stride}")
+        name = self.names[u] = self.fresh("red")
+        whole = prod(t.arg[1] for t in threads) == threads[0].arg[3]  # no LOCAL: the block's one total is the first
+        self.line(f"{type_name} {name} = {part}[{'0' if whole else 'threadIdx.x-' + '-'.join(first)}];")
         self.line("__syncthreads();")  # everyone has read the total before the array is used again
-
-    def store(self, u: UOp) -> None:
-        if not self.plan:
-            return super().store(u)
-        self.line("if (threadIdx.x == 0) {")  # every thread holds the same values: one writes them
-        self.depth += 1
-        super().store(u)
-        self.depth -= 1
-        self.line("}")

@@ -94,7 +94,7 @@ def _logic_bounds(combine: Callable[[bool, bool], bool]) -> Callable:
 # (lowest, highest) of each op, from the node and the bounds of its sources; None where unknown.
 _bounds_rules: dict[Ops, Callable[..., tuple | None]] = {
     Ops.CONST: lambda u: (u.arg, u.arg),
-    Ops.RANGE: lambda u, end: _loop_bounds(end),
+    Ops.RANGE: lambda u, end, *thread: _loop_bounds(end),
     Ops.SPECIAL: lambda u: _loop_bounds((u.arg[1], u.arg[1])) if isinstance(u.arg[1], int) else None,
     Ops.ADD: lambda u, a, b: (a[0] + b[0], a[1] + b[1]),
     Ops.MUL: lambda u, a, b: _corners(operator.mul, a, b),

@@ -1,0 +1,64 @@
+"""Two-stage reductions: on a GPU, a long reduction into few outputs becomes two kernels.
+
+One kernel per output leaves most of a GPU idle when there are few outputs: a whole-tensor sum of 256M floats would
+be one block of threads on one multiprocessor. Instead the reduced axis is split in parts: the first kernel reduces
+each part (about SPLIT_PARTS outputs, so many blocks, each with its GROUP of threads) into a buffer of partial
+results, and a second, small kernel reduces those. The Tensor graph says so itself (reshape, reduce, contiguous,
+reduce), so autograd and the scheduler need nothing new.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from glassgrad.dtype import dtypes
+from glassgrad.helpers import prod
+from glassgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from glassgrad.tensor import Tensor
+
+SPLIT_FROM = 1 << 16  # reductions of at least this many terms an output...
+SPLIT_BELOW = 2048  # ...into fewer outputs than this (a weight gradient of a small convolution, a batchnorm's mean)
+SPLIT_PARTS = 1024  # the first stage's outputs, where the outputs are few: as many blocks
+MIN_PARTS = 16  # parts each output's reduction is cut in at least
+MIN_PART = 256  # terms in each part at least: a block's threads then have work
+
+
+def split_parts(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int] | None:
+    """(axis, parts): the outermost reduced axis to cut into `parts` pieces, or None where one stage is better."""
+    outputs = prod(s for i, s in enumerate(shape) if i not in axes)
+    terms = prod(shape[a] for a in axes)
+    if terms < SPLIT_FROM or outputs >= SPLIT_BELOW:
+        return None
+    want = min(max(SPLIT_PARTS // outputs, MIN_PARTS), terms // MIN_PART)
+    for axis in axes:
+        parts = max((d for d in range(2, min(want, shape[axis]) + 1) if shape[axis] % d == 0), default=1)
+        if 2 * parts > want:  # an axis that cannot give enough parts is left for the next
+            return axis, parts
+    return None
+
+
+def _has_blocks(device: str) -> bool:
+    from glassgrad.runtime.device import Device
+
+    return isinstance(device, str) and Device[device].renderer.has_local
+
+
+def split_reduce(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:
+    """x reduced over `axes` in two kernels (keeping the reduced axes as 1), or None where one kernel is better: off a
+    GPU, for 16-bit floats (their partial results would round), for a max that autograd will differentiate (ties would
+    share the gradient part by part)."""
+    if x.dtype in (dtypes.float16, dtypes.bfloat16) or (op is Ops.MAX and x.requires_grad):
+        return None
+    if (split := split_parts(x.shape, axes)) is None or not _has_blocks(x.device):
+        return None
+    axis, parts = split
+    shape = x.shape[:axis] + (parts, x.shape[axis] // parts) + x.shape[axis + 1 :]
+    inner = tuple(a + (a >= axis) for a in axes)  # the split axis's inner part, and the other reduced axes
+    partial = _reduce_axis(x.reshape(shape), op, inner).contiguous()
+    return _reduce_axis(partial, op, (axis,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+
+
+def _reduce_axis(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
+    return type(x)._derived(UOp(Ops.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), x)

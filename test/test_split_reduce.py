@@ -1,0 +1,69 @@
+"""Two-stage reductions on a GPU: where the split goes (everywhere), and the results and gradients (on a GPU)."""
+
+import numpy as np
+import pytest
+
+from glassgrad import Device, Tensor
+from glassgrad.runtime.ops_cuda import CUDAUnavailable
+from glassgrad.schedule.split_reduce import MIN_PART, SPLIT_BELOW, SPLIT_FROM, SPLIT_PARTS, split_parts
+
+
+def _cuda_missing() -> str | None:
+    try:
+        Device["CUDA"]
+    except CUDAUnavailable as e:
+        return str(e)
+    return None
+
+
+MISSING = _cuda_missing()
+needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+
+
+@pytest.mark.parametrize(
+    "shape, axes, expected",
+    [
+        ((1 << 28,), (0,), (0, SPLIT_PARTS)),  # a whole sum: as many parts as blocks wanted
+        ((512, 32, 20, 20), (0, 2, 3), (0, SPLIT_PARTS // 32)),  # a batchnorm's mean: cut along the batch
+        ((32, 5, 5, 512, 24, 24), (3, 4, 5), (3, 16)),  # a small convolution's weight gradient: at least 16 parts
+        ((7, 3 * SPLIT_FROM), (0, 1), (1, SPLIT_PARTS)),  # 7 does not give enough parts: the next axis does
+        ((SPLIT_FROM - 1,), (0,), None),  # short enough for one block
+        ((SPLIT_BELOW, SPLIT_FROM), (1,), None),  # enough outputs to fill the GPU
+        ((65537 * 2,), (0,), None),  # no divisor gives enough parts (65537 is prime)
+    ],
+)
+def test_where_a_reduction_is_split(shape, axes, expected):
+    found = split_parts(shape, axes)
+    assert found == expected
+    if found is not None:
+        axis, parts = found
+        assert shape[axis] % parts == 0 and np.prod([shape[a] for a in axes]) // parts >= MIN_PART
+
+
+def test_off_a_gpu_a_reduction_stays_one_kernel():
+    x = Tensor.empty(1 << 17, device="CPU")
+    assert len(x.sum().schedule()) == 1
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_a_split_reduction_is_two_kernels_and_matches_numpy(op):
+    data = np.random.default_rng(0).standard_normal((64, 5000), dtype=np.float32)
+    t = Tensor(data, device="CUDA")
+    assert len([i for i in getattr(t, op)().schedule() if i.ast.op.name == "SINK"]) == 2
+    np.testing.assert_allclose(getattr(t, op)().numpy(), getattr(data, op)(), rtol=1e-5, atol=1e-4)
+    channels = getattr(t.reshape(64, 2, 2500), op)(axis=(0, 2))
+    np.testing.assert_allclose(channels.numpy(), getattr(data.reshape(64, 2, 2500), op)(axis=(0, 2)), rtol=1e-5)
+
+
+@needs_gpu
+def test_gradients_through_a_split_sum_match_numpy():
+    data = np.random.default_rng(1).standard_normal((32, 4, 1024), dtype=np.float32)
+    t = Tensor(data, device="CUDA", requires_grad=True)
+    ((t * t).sum(axis=(0, 2)) * Tensor([1.0, 2.0, 3.0, 4.0], device="CUDA")).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), 2 * data * np.array([1, 2, 3, 4], np.float32)[None, :, None],
+                               rtol=1e-6)  # fmt: skip
+    m = Tensor(data, device="CUDA", requires_grad=True)
+    m.max().backward()  # a max autograd differentiates stays one kernel: ties share the gradient as a whole
+    expected = (data == data.max()).astype(np.float32)
+    np.testing.assert_array_equal(m.grad.numpy(), expected / expected.sum())
