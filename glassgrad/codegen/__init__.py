@@ -140,15 +140,16 @@ def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
     opts = choose_opts(ast, renderer) if opts is None else opts
-    name = kernel_name(ast, opts)
     if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
         from glassgrad.codegen.tensor_cores import tensor_core_kernel
 
+        name = kernel_name(ast, opts)
         tc = tensor_core_kernel(ast, renderer, opts[0], name)
         return ProgramSpec(name, tc.src, tc.program, tc.global_size, tc.ops, tc.mem, opts, tc.local_size,
                            kernel_name(ast, opts, color=True))  # fmt: skip
-    sink = full_rewrite_to_sink(ast, renderer, opts)
+    sink = full_rewrite_to_sink(ast, renderer, opts)  # checks the opts first: a bad one is named before naming
     program = linearize(sink)
+    name = kernel_name(ast, opts)
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, sink.arg or 0)
     global_size, local_size = renderer.launch_size(program, outer)
