@@ -259,6 +259,8 @@ def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilati
     nd = len(kernel)
     batch, sizes = x.shape[:-nd], x.shape[-nd:]
     outs = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(sizes, kernel, stride, dilation, strict=True)]
+    if all(s >= k * d for k, s, d in zip(kernel, stride, dilation, strict=True)):
+        return _disjoint_windows(x, kernel, stride, dilation, outs)
     rows = [max(1, -(-(o * s - d) // n)) * n + d for n, o, s, d in zip(sizes, outs, stride, dilation, strict=True)]
     copies = [-(-(k * row) // n) for k, row, n in zip(kernel, rows, sizes, strict=True)]
     keep = [None] * len(batch)
@@ -273,6 +275,24 @@ def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilati
     x = x.reshape(*batch, *(v for k, o in zip(kernel, outs, strict=True) for v in (k, o)))
     b = len(batch)
     return x.permute(*range(b), *(b + 2 * j + 1 for j in range(nd)), *(b + 2 * j for j in range(nd)))
+
+
+def _disjoint_windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                      outs: list[int]) -> Tensor:  # fmt: skip
+    """_windows where no two windows share an element (stride >= kernel * dilation, as a 2x2 max-pool's): the input
+    cut (or padded, never read) to outputs * stride, read as rows of `stride` elements, of which a window takes every
+    dilation-th of the first kernel * dilation. Only reshapes and shrinks: the gradient is a view too, where the
+    general construction's would sum over the repeated copies."""
+    nd = len(kernel)
+    batch, sizes = x.shape[:-nd], x.shape[-nd:]
+    keep, b = [None] * len(batch), len(batch)
+    x = x.pad(((0, 0),) * b + tuple((0, o * s - n) for n, o, s in zip(sizes, outs, stride, strict=True)))
+    x = x.reshape(*batch, *(v for o, s in zip(outs, stride, strict=True) for v in (o, s)))
+    x = x.shrink((*keep, *(r for k, d in zip(kernel, dilation, strict=True) for r in (None, (0, k * d)))))
+    x = x.reshape(*batch, *(v for o, k, d in zip(outs, kernel, dilation, strict=True) for v in (o, k, d)))
+    x = x.shrink((*keep, *(r for _ in range(nd) for r in (None, None, (0, 1)))))
+    x = x.reshape(*batch, *(v for o, k in zip(outs, kernel, strict=True) for v in (o, k)))
+    return x.permute(*range(b), *(b + 2 * j for j in range(nd)), *(b + 2 * j + 1 for j in range(nd)))
 
 
 def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
