@@ -1,7 +1,8 @@
 """Reverse-mode differentiation over the UOp graph: one derivative rule per primitive op.
 
 Every composed Tensor op (softmax, matmul, conv2d, ...) is built from these primitives, so its
-gradient follows from the table below by the chain rule; no composed op needs a rule of its own.
+gradient follows from the table below by the chain rule. A composed op whose derived gradient would
+be much slower than a formula for it may give that formula with custom_gradient (the convolution).
 """
 
 from __future__ import annotations
