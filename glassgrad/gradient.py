@@ -1,12 +1,14 @@
 """Reverse-mode differentiation over the UOp graph: one derivative rule per primitive op.
 
 Every composed Tensor op (softmax, matmul, conv2d, ...) is built from these primitives, so its
-gradient follows from the table below by the chain rule; no composed op needs a rule of its own.
+gradient follows from the table below by the chain rule. A composed op whose derived gradient would
+be much slower than a formula for it may give that formula with custom_gradient (the convolution).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -100,6 +102,33 @@ NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
                Ops.BITCAST, Ops.ARANGE, Ops.CONST, Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE, Ops.ASSIGN}  # fmt: skip
 
 
+# Composed ops whose gradient is better written by hand than derived from their primitives (a convolution's input
+# gradient is a transposed convolution; derived, it is a sum over every sliding window that reads each input, a
+# col2im). Keyed by the op's output node: its inputs, and the rule giving one gradient per input.
+_CUSTOM: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Callable[..., Grads]]] = weakref.WeakKeyDictionary()
+
+
+def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Callable[..., Grads]) -> Tensor:
+    """Let backward give `out`'s gradient to `inputs` as rule(g, *inputs), one per input (None for none), instead of
+    deriving it through the primitives that compute `out`; returns `out`.
+
+    The rule must be exact: `out`'s node may also be built elsewhere from the same inputs (hash-consing). Where the
+    node no longer stands in the graph (autograd substituted a realized tensor below it), the primitives serve."""
+    _CUSTOM[out.uop] = (tuple(t.uop for t in inputs), rule)
+    return out
+
+
+def _custom_rule(node: UOp, targets: set[UOp]) -> tuple[tuple[UOp, ...], Callable[..., Grads]] | None:
+    """The hand-written rule of `node`, unless a wanted target lies between it and its inputs (only the primitives
+    reach that one)."""
+    found = _CUSTOM.get(node)
+    if found is None:
+        return None
+    inputs = found[0]
+    inside = node.toposort(enter=lambda n: n not in inputs)
+    return None if any(n in targets and n is not node and n not in inputs for n in inside) else found
+
+
 def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The nodes from which some target can be reached: only these need gradients."""
     on_path: set[UOp] = set()
@@ -126,8 +155,13 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
             if node.src[0] in on_path:
                 blocked_cast = node  # no gradient flows through an integer or bool value
             continue
-        inputs = [Tensor(s) for s in node.src]
-        for src, src_grad in zip(node.src, DERIVATIVES[node.op](g, node, *inputs, Tensor(node))):
+        if (custom := _custom_rule(node, targets)) is not None:
+            sources, rule = custom
+            local_grads = rule(g, *(Tensor(s) for s in sources))
+        else:
+            sources = node.src
+            local_grads = DERIVATIVES[node.op](g, node, *(Tensor(s) for s in sources), Tensor(node))
+        for src, src_grad in zip(sources, local_grads):
             if src_grad is None or src not in on_path:
                 continue
             grads[src] = grads[src] + src_grad if src in grads else src_grad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -258,6 +259,8 @@ def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilati
     nd = len(kernel)
     batch, sizes = x.shape[:-nd], x.shape[-nd:]
     outs = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(sizes, kernel, stride, dilation, strict=True)]
+    if all(s >= k * d for k, s, d in zip(kernel, stride, dilation, strict=True)):
+        return _disjoint_windows(x, kernel, stride, dilation, outs)
     rows = [max(1, -(-(o * s - d) // n)) * n + d for n, o, s, d in zip(sizes, outs, stride, dilation, strict=True)]
     copies = [-(-(k * row) // n) for k, row, n in zip(kernel, rows, sizes, strict=True)]
     keep = [None] * len(batch)
@@ -272,6 +275,24 @@ def _windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilati
     x = x.reshape(*batch, *(v for k, o in zip(kernel, outs, strict=True) for v in (k, o)))
     b = len(batch)
     return x.permute(*range(b), *(b + 2 * j + 1 for j in range(nd)), *(b + 2 * j for j in range(nd)))
+
+
+def _disjoint_windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                      outs: list[int]) -> Tensor:  # fmt: skip
+    """_windows where no two windows share an element (stride >= kernel * dilation, as a 2x2 max-pool's): the input
+    cut (or padded, never read) to outputs * stride, read as rows of `stride` elements, of which a window takes every
+    dilation-th of the first kernel * dilation. Only reshapes and shrinks: the gradient is a view too, where the
+    general construction's would sum over the repeated copies."""
+    nd = len(kernel)
+    batch, sizes = x.shape[:-nd], x.shape[-nd:]
+    keep, b = [None] * len(batch), len(batch)
+    x = x.pad(((0, 0),) * b + tuple((0, o * s - n) for n, o, s in zip(sizes, outs, stride, strict=True)))
+    x = x.reshape(*batch, *(v for o, s in zip(outs, stride, strict=True) for v in (o, s)))
+    x = x.shrink((*keep, *(r for k, d in zip(kernel, dilation, strict=True) for r in (None, (0, k * d)))))
+    x = x.reshape(*batch, *(v for o, k, d in zip(outs, kernel, dilation, strict=True) for v in (o, k, d)))
+    x = x.shrink((*keep, *(r for _ in range(nd) for r in (None, None, (0, 1)))))
+    x = x.reshape(*batch, *(v for o, k in zip(outs, kernel, strict=True) for v in (o, k)))
+    return x.permute(*range(b), *(b + 2 * j for j in range(nd)), *(b + 2 * j + 1 for j in range(nd)))
 
 
 def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
@@ -302,26 +323,62 @@ def _batched(x: Tensor, nd: int) -> Tensor:
 def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int, ...],
               pads: list[tuple[int, int]], dilation: tuple[int, ...], groups: int, op: str) -> Tensor:  # fmt: skip
     """N-d convolution of a batched (N, C, *sizes) input, already checked: windows times weight, summed over
-    (channels in the group, kernel offsets)."""
+    (channels in the group, kernel offsets). Its gradients are written by hand (_conv_gradients)."""
+    from glassgrad.gradient import custom_gradient
     from glassgrad.mixin.linalg import _summed
 
     nd = len(stride)
-    n, channels, kernel = x.shape[0], x.shape[1], weight.shape[2:]
-    out_channels, group_channels = weight.shape[0], channels // groups
-    x = x.pad(((0, 0), (0, 0), *pads))
-    padded = x.shape[2:]
+    n, kernel = x.shape[0], weight.shape[2:]
+    padded = tuple(s + before + after for s, (before, after) in zip(x.shape[2:], pads, strict=True))
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     if any(p < r for p, r in zip(padded, reach, strict=True)):
         raise ValueError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
-    windows = _windows(x, kernel, stride, dilation)  # (N, C, *outputs, *kernel)
-    outs = windows.shape[2 : 2 + nd]
-    windows = windows.reshape(n, groups, 1, group_channels, *outs, *kernel)
-    w = weight.reshape(1, groups, out_channels // groups, group_channels, *(1,) * nd, *kernel)
+    windows, w = _grouped_windows(x, weight, stride, pads, dilation, groups)
     # the input channels and kernel offsets go last, so that the reduction is the innermost loop
     products = (windows * w).permute(0, 1, 2, *range(4, 4 + nd), 3, *range(4 + nd, 4 + 2 * nd))
     result = promote_types(x.dtype, weight.dtype)
-    out = _summed(products, tuple(range(3 + nd, 4 + 2 * nd)), None, result).reshape(n, out_channels, *outs)
-    return out if bias is None else out + bias.reshape(1, out_channels, *(1,) * nd)
+    out = _summed(products, tuple(range(3 + nd, 4 + 2 * nd)), None, result)
+    out = out.reshape(n, weight.shape[0], *windows.shape[4 : 4 + nd])
+    rule = functools.partial(_conv_gradients, stride=stride, pads=pads, dilation=dilation, groups=groups, op=op)
+    out = custom_gradient(out, (x, weight), rule)
+    return out if bias is None else out + bias.reshape(1, weight.shape[0], *(1,) * nd)
+
+
+def _grouped_windows(x: Tensor, weight: Tensor, stride: tuple[int, ...], pads: list[tuple[int, int]],
+                     dilation: tuple[int, ...], groups: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The padded input's sliding windows as (N, groups, 1, C_in / groups, *outputs, *kernel) and the weight as
+    (1, groups, C_out / groups, C_in / groups, 1.., *kernel): their product broadcasts to every term of the sums."""
+    nd = len(stride)
+    n, channels, kernel = x.shape[0], x.shape[1], weight.shape[2:]
+    out_channels, group_channels = weight.shape[0], channels // groups
+    windows = _windows(x.pad(((0, 0), (0, 0), *pads)), kernel, stride, dilation)  # (N, C, *outputs, *kernel)
+    windows = windows.reshape(n, groups, 1, group_channels, *windows.shape[2 : 2 + nd], *kernel)
+    w = weight.reshape(1, groups, out_channels // groups, group_channels, *(1,) * nd, *kernel)
+    return windows, w
+
+
+def _conv_gradients(g: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, ...], pads: list[tuple[int, int]],
+                    dilation: tuple[int, ...], groups: int, op: str) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The gradients of _convolve's output (before the bias) for its input and weight, given the output's gradient g.
+
+    The input's is the transposed convolution of g with the same weight: input element i gets g[o] * w[k] wherever
+    o * stride + k * dilation = i + pad_before, which is a convolution of g spread out by the stride (zeros
+    between) and padded by dilation * (k - 1) - pad_before before, with each kernel flipped. Derived from the
+    primitives instead, it would sum, for each input element, over every window that reads it (a col2im) a value
+    computed per window element: a tensor kernel**nd times the input's size, or a slow fused kernel. The weight's is
+    the sum over the batch and the outputs of g times the windows, as the primitives give it."""
+    from glassgrad.mixin.linalg import _summed
+
+    nd = len(stride)
+    outs = g.shape[2:]
+    geometry = zip(x.shape[2:], weight.shape[2:], stride, pads, dilation, outs, strict=True)
+    spread_pads = [(d * (k - 1) - pad, size + pad - (o - 1) * s - 1) for size, k, s, (pad, _), d, o in geometry]
+    dx = _transposed_convolve(g, weight, None, stride, spread_pads, dilation, groups, op).cast(x.dtype)
+    windows, _ = _grouped_windows(x, weight, stride, pads, dilation, groups)
+    n, out_channels = g.shape[:2]
+    g = g.reshape(n, groups, out_channels // groups, 1, *outs, *(1,) * nd)
+    dw = _summed(g * windows, (0, *range(4, 4 + nd)), None, weight.dtype).reshape(weight.shape)
+    return dx, dw
 
 
 def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: str) -> Tensor:
@@ -395,17 +452,34 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     if any(o <= 0 for o in outs):
         raise ValueError(f"{op}: the output size {tuple(outs)} is not positive for input {x.shape} and kernel "
                          f"{kernel}")  # fmt: skip
-    # stride - 1 zeros between neighbours: (n, 1) padded to (n, stride), flattened, cut after the last input
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + extra) for _, k, _, p, d, extra in geometry]
+    out = _transposed_convolve(x, weight, bias, stride, pads, dilation, groups, op)
+    return out[0] if unbatched else out
+
+
+def _transposed_convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int, ...],
+                         pads: list[tuple[int, int]], dilation: tuple[int, ...], groups: int,
+                         op: str) -> Tensor:  # fmt: skip
+    """The transposed convolution of a batched (N, C_in, *sizes) input with a weight (C_in, C_out / groups, *k): the
+    input spread out by the stride (stride - 1 zeros between neighbours), padded (or cut, where negative) by `pads`,
+    convolved with stride 1 by each kernel flipped.
+
+    Where there are zeros (a stride or padding), the spread input gets a buffer of its own: read through the view's
+    mask, every load of the convolution would test whether it falls in the zeros, which keeps it from being vector
+    code (2.6x slower for beautiful_mnist's second convolution's input gradient on the CPU); the buffer is about the
+    input's size times the stride**nd, a kernel**nd smaller than the sliding windows."""
+    nd, channels, sizes, kernel = len(stride), x.shape[1], x.shape[2:], weight.shape[2:]
+    # (n, 1) padded to (n, stride), flattened, cut after the last input
     spread = x.reshape(*x.shape[:2], *(v for n in sizes for v in (n, 1)))
     spread = spread.pad(((0, 0), (0, 0), *(r for s in stride for r in ((0, 0), (0, s - 1)))))
     spread = spread.reshape(*x.shape[:2], *(n * s for n, s in zip(sizes, stride, strict=True)))
     spread = spread.shrink((None, None, *((0, (n - 1) * s + 1) for n, s in zip(sizes, stride, strict=True))))
     # weight (C_in, C_out / g, *k) -> (C_out, C_in / g, *k), each kernel flipped
     w = weight.reshape(groups, channels // groups, weight.shape[1], *kernel).transpose(1, 2)
-    w = w.reshape(out_channels, channels // groups, *kernel).flip(*range(2, 2 + nd))
-    pads = [(d * (k - 1) - p, d * (k - 1) - p + extra) for _, k, _, p, d, extra in geometry]
-    out = _convolve(spread, w, bias, (1,) * nd, pads, dilation, groups, op)
-    return out[0] if unbatched else out
+    w = w.reshape(weight.shape[1] * groups, channels // groups, *kernel).flip(*range(2, 2 + nd))
+    if any(s > 1 for s in stride) or any(before > 0 or after > 0 for before, after in pads):
+        spread, pads = spread.pad(((0, 0), (0, 0), *pads)).contiguous(), [(0, 0)] * nd
+    return _convolve(spread, w, bias, (1,) * nd, pads, dilation, groups, op)
 
 
 def _pool_geometry(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,

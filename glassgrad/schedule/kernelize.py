@@ -126,6 +126,8 @@ def _reductions_read_by(point: UOp, points: dict[UOp, None]) -> list[tuple[UOp, 
             continue
         if node.op is Ops.REDUCE_AXIS:
             found.append((node, expanded))
+            if expanded:
+                continue  # it becomes a point of its own: the reductions inside it are judged from there
         stack.extend((s, expanded or _grows(node)) for s in node.src)
     return found
 
