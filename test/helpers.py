@@ -14,6 +14,22 @@ from glassgrad import Tensor, dtypes
 from glassgrad.dtype import DType
 from glassgrad.helpers import getenv
 
+
+def _cuda_missing() -> str | None:
+    """Why CUDA cannot be used here (the driver's or the loader's words), or None where it can."""
+    from glassgrad import Device
+    from glassgrad.runtime.ops_cuda import CUDAUnavailable
+
+    try:
+        Device["CUDA"]
+    except CUDAUnavailable as e:
+        return str(e)
+    return None
+
+
+CUDA_MISSING = _cuda_missing()
+needs_gpu = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"needs a GPU: {CUDA_MISSING}")
+
 # the devices the API tests run on; CUDA=1 adds the GPU (and makes it the default device)
 DEVICES = ("CPU", "PYTHON") + (("CUDA",) if getenv("CUDA", 0) else ())
 

@@ -21,21 +21,12 @@ from glassgrad.renderer.cuda import CUDARenderer, float_to_half_bits
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAError, CUDAUnavailable
-from helpers import assert_matches, random_array
+from helpers import CUDA_MISSING, assert_matches, needs_gpu, random_array
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _cuda_missing() -> str | None:
-    try:
-        Device["CUDA"]
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-MISSING = _cuda_missing()
-needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+MISSING = CUDA_MISSING
 
 
 def _kernels(t: Tensor) -> list:

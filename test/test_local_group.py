@@ -17,21 +17,12 @@ from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.codegen.search import actions, valid
 from glassgrad.engine.realize import buffer_of, run_schedule
 from glassgrad.renderer.cuda import CUDARenderer
-from glassgrad.runtime.ops_cuda import CUDAUnavailable
+from helpers import CUDA_MISSING, needs_gpu
 
 rng = np.random.default_rng(0)
 
 
-def _cuda_missing() -> str | None:
-    try:
-        Device["CUDA"]
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-MISSING = _cuda_missing()
-needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+MISSING = CUDA_MISSING
 DEVICE = "CUDA" if MISSING is None else "CPU"  # where the inputs live: kernels are rendered for CUDA either way
 
 

@@ -3,21 +3,11 @@
 import numpy as np
 import pytest
 
-from glassgrad import Device, Tensor
-from glassgrad.runtime.ops_cuda import CUDAUnavailable
+from glassgrad import Tensor
 from glassgrad.schedule.split_reduce import MIN_PART, SPLIT_BELOW, SPLIT_FROM, SPLIT_PARTS, split_parts
+from helpers import CUDA_MISSING, needs_gpu
 
-
-def _cuda_missing() -> str | None:
-    try:
-        Device["CUDA"]
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-MISSING = _cuda_missing()
-needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+MISSING = CUDA_MISSING
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from glassgrad.renderer.cuda_tc import TILE_CONFIGS
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAUnavailable
+from helpers import CUDA_MISSING, needs_gpu
 
 TORCH = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
@@ -172,16 +173,7 @@ def test_every_tile_configuration_compiles_for_sm_90_without_spills(config):
 # ---- on a GPU ----
 
 
-def _cuda_missing() -> str | None:
-    try:
-        Device["CUDA"]
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-MISSING = _cuda_missing()
-needs_gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+MISSING = CUDA_MISSING
 
 
 def _inputs(dtype, *shapes, seed=0):
