@@ -136,18 +136,25 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = ()) -> list[Opt]:
 
 
 def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | None:
-    """TILE the vector axis so that the part of an input one tile reads along the whole reduction (a matmul's panel of
-    B: K rows by the tile's columns) fits in half of L2: every row block then reads it from cache, and each thread
-    takes whole tiles."""
-    loop = ast.src[0].src[1].arg.shape[vector.axis]
-    width = 1
+    """TILE an output axis along which the register block moves so that the part of an input one tile reads along the
+    whole reduction (a matmul's panel of B: K rows by the tile's columns) fits in half of L2: every row block then
+    reads it from cache, and each thread takes whole tiles. That axis is the vector axis, or, where lanes take all of
+    it (a matmul over packed panels of B), the next outer axis when no UPCAST splits it."""
+    shape = list(ast.src[0].src[1].arg.shape)
+    lanes = [1] * len(shape)
     for o in opts:
-        if o.op == "UPCAST" and o.axis == vector.axis:
-            loop, width = loop // o.amount, width * o.amount
+        if o.op == "UPCAST":
+            shape[o.axis], lanes[o.axis] = shape[o.axis] // o.amount, lanes[o.axis] * o.amount
+    axis = vector.axis
+    if shape[axis] == 1:
+        axis = next((a for a in reversed(range(vector.axis)) if shape[a] > 1), None)
+        if axis is None or lanes[axis] > 1:
+            return None
+    width = lanes[axis] * prod(s * n for s, n in zip(shape[axis + 1 :], lanes[axis + 1 :]))
     panel_bytes = prod(reduce.src[0].shape[a] for a in reduce.arg[1]) * width * reduce.dtype.itemsize
     fits = L2_BUDGET // max(panel_bytes, 1)
-    keep = next((n for n in (64, 32, 16, 8, 4, 2) if n <= fits and loop % n == 0), 1)
-    return Opt("TILE", vector.axis, keep) if 1 < keep < loop else None
+    keep = next((n for n in (64, 32, 16, 8, 4, 2) if n <= fits and shape[axis] % n == 0), 1)
+    return Opt("TILE", axis, keep) if 1 < keep < shape[axis] else None
 
 
 def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
