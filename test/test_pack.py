@@ -163,7 +163,20 @@ def test_the_real_thresholds_pack_a_large_matmul_and_tile_its_panels(monkeypatch
     assert len(packed_kernels(c)) == 1
     matmul = c.schedule()[-1]
     opts = hand_coded_opts(matmul.ast, Device["CPU"].renderer.vector_lanes)
-    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 2, 2), Opt("UPCAST", 0, 8), Opt("TILE", 1, 4)]
+    # a register block of 8 rows x 2 vectors; tiles of 2 panels (4 would fit L2 but make an odd 5 tiles)
+    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 2, 2), Opt("UPCAST", 0, 8), Opt("TILE", 1, 2)]
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-3)
     small = Tensor(a[:, :256]).realize() @ Tensor(b[:256]).realize()  # B: 0.53 MiB, in L2 as it lies
     assert not packed_kernels(small)
+
+
+def test_threads_get_an_even_number_of_panel_tiles(monkeypatch):
+    """24 panels of 96 KiB: 8 a tile would fit L2 but make 3 tiles, one thread's share twice the other's; 4 make 6."""
+    monkeypatch.undo()
+    monkeypatch.setattr(Device, "DEFAULT", "CPU")
+    schedule_cache._cache.clear()
+    a, b = rand(64, 768), rand(768, 768)
+    c = Tensor(a).realize() @ Tensor(b).realize()
+    opts = hand_coded_opts(c.schedule()[-1].ast, Device["CPU"].renderer.vector_lanes)
+    assert opts[-1] == Opt("TILE", 1, 4)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-3)

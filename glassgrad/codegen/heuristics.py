@@ -15,6 +15,7 @@ MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take f
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
+MANY_TILES = 8  # tiles enough that threads taking whole ones stay about equally busy, however many there are
 MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
 
 
@@ -153,8 +154,12 @@ def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | No
     width = lanes[axis] * prod(s * n for s, n in zip(shape[axis + 1 :], lanes[axis + 1 :]))
     panel_bytes = prod(reduce.src[0].shape[a] for a in reduce.arg[1]) * width * reduce.dtype.itemsize
     fits = L2_BUDGET // max(panel_bytes, 1)
-    keep = next((n for n in (64, 32, 16, 8, 4, 2) if n <= fits and shape[axis] % n == 0), 1)
-    return Opt("TILE", axis, keep) if 1 < keep < shape[axis] else None
+    keeps = [n for n in (64, 32, 16, 8, 4, 2) if n <= fits and shape[axis] % n == 0]
+    if not keeps or keeps[0] == shape[axis]:  # the whole axis's panel fits: nothing to tile
+        return None
+    # threads take whole tiles: an even number of them (or many) keeps two cores equally busy
+    keep = next((n for n in keeps if (shape[axis] // n) % 2 == 0 or shape[axis] // n >= MANY_TILES), keeps[0])
+    return Opt("TILE", axis, keep)
 
 
 def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
