@@ -49,15 +49,20 @@ def header(title: str) -> None:
     print(f"# {cpu_model()}, {os.cpu_count()} cores; " + ", ".join(f"{k} {v}" for k, v in versions().items()))
 
 
-def tinygrad_cpu():
-    """tinygrad's Tensor on its CPU device (it needs clang), or None when tinygrad is missing."""
+def tinygrad_on(device: str):
+    """tinygrad's Tensor with `device` as its default (its CPU device needs clang), or None when it is missing."""
     try:
-        os.environ["DEV"] = "CPU"  # tinygrad reads its device from DEV when it is imported
+        os.environ["DEV"] = device  # tinygrad reads its device from DEV when it is imported
         from tinygrad import Tensor as TinyTensor
 
         return TinyTensor
     except ImportError:
         return None
+
+
+def tinygrad_cpu():
+    """tinygrad's Tensor on its CPU device, or None when tinygrad is missing."""
+    return tinygrad_on("CPU")
 
 
 def print_table(rows: list[tuple[str, str, float]], unit: str, reference: str) -> None:

@@ -1,7 +1,8 @@
-"""The beautiful_mnist training step on real MNIST: glassgrad vs PyTorch (CPU, eager) vs tinygrad 0.14 (CPU).
+"""The beautiful_mnist training step on real MNIST: glassgrad vs PyTorch (eager) vs tinygrad 0.14, on the CPU or GPU.
 
 Run: python bench/mnist.py
      STEPS=100 BS=512 SEED=42 FRAMEWORKS=torch,glassgrad,tinygrad python bench/mnist.py   (the defaults)
+     CUDA=1 python bench/mnist.py    (all three on the GPU: PyTorch on "cuda", tinygrad with DEV=CUDA)
 
 Each framework builds the same network (examples/beautiful_mnist.py's Model), trains it with Adam in training mode
 on the same seed-chosen batches for STEPS steps, then scores the full 10,000 test images. A step's time runs from
@@ -25,10 +26,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import numpy as np  # noqa: E402
 
-from bench.common import header, tinygrad_cpu  # noqa: E402
+from bench.common import header, tinygrad_on  # noqa: E402
 from glassgrad import getenv  # noqa: E402
 
 STEPS, BS, SEED = getenv("STEPS", 100), getenv("BS", 512), getenv("SEED", 42)  # as examples/beautiful_mnist.py
+ON_GPU = bool(getenv("CUDA", 0))  # glassgrad's default device is then CUDA; the others follow
 FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
 COLUMNS = ("first step s", "median step ms", "test s", "total s", "test acc %", "last loss", "vs torch", "vs tinygrad")
 
@@ -100,10 +102,11 @@ def run_torch(data, batches: np.ndarray) -> Result:
 
     start = time.perf_counter()
     torch.manual_seed(SEED)
-    x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in data)
+    device = "cuda" if ON_GPU else "cpu"
+    x_train, y_train, x_test, y_test = (torch.from_numpy(a).to(device) for a in data)
     x_train, x_test, y_train, y_test = x_train.float() / 255.0, x_test.float() / 255.0, y_train.long(), y_test.long()
-    model = torch_model()
-    step = torch_step(model, torch.optim.Adam(model.parameters()), x_train, y_train)
+    model = torch_model().to(device)
+    step = torch_step(model, torch.optim.Adam(model.parameters()), x_train, y_train, device)
     model.train()
     times, loss = time_steps(step, batches)
     model.eval()
@@ -111,7 +114,7 @@ def run_torch(data, batches: np.ndarray) -> Result:
     with torch.no_grad():
         accuracy = (model(x_test).argmax(dim=1) == y_test).float().mean().item() * 100
     end = time.perf_counter()
-    return Result("torch", times, end - start, end - evaluated, accuracy, loss)
+    return Result(f"torch ({device})", times, end - start, end - evaluated, accuracy, loss)
 
 
 def run_glassgrad(data, batches: np.ndarray) -> Result:
@@ -140,11 +143,11 @@ def run_glassgrad(data, batches: np.ndarray) -> Result:
     with Tensor.train(False):
         accuracy = ((model(X_test).argmax(axis=1) == Y_test).mean() * 100).item()
     end = time.perf_counter()
-    return Result("glassgrad", times, end - start, end - evaluated, accuracy, loss)
+    return Result("glassgrad (CUDA)" if ON_GPU else "glassgrad", times, end - start, end - evaluated, accuracy, loss)
 
 
 class TinygradModel:
-    """The same network written with tinygrad.nn (import tinygrad through bench.common.tinygrad_cpu first)."""
+    """The same network written with tinygrad.nn (import tinygrad through bench.common.tinygrad_on first)."""
 
     def __init__(self):
         from tinygrad import Tensor, nn
@@ -162,8 +165,8 @@ class TinygradModel:
 
 
 def run_tinygrad(data, batches: np.ndarray) -> Result:
-    """tinygrad 0.14 on its CPU device: TinygradModel, its Adam and TinyJit (training mode is Context(TRAINING=1))."""
-    Tensor = tinygrad_cpu()
+    """tinygrad 0.14 on its CPU (or CUDA) device: TinygradModel, its Adam and TinyJit (training mode is TRAINING=1)."""
+    Tensor = tinygrad_on("CUDA" if ON_GPU else "CPU")
     from tinygrad import Context, TinyJit, nn
 
     start = time.perf_counter()
@@ -188,7 +191,7 @@ def run_tinygrad(data, batches: np.ndarray) -> Result:
     with Context(TRAINING=0):
         accuracy = ((model(X_test).argmax(axis=1) == Y_test).mean() * 100).item()
     end = time.perf_counter()
-    return Result("tinygrad 0.14 (CPU)", times, end - start, end - evaluated, accuracy, loss)
+    return Result(f"tinygrad 0.14 ({'CUDA' if ON_GPU else 'CPU'})", times, end - start, end - evaluated, accuracy, loss)
 
 
 def chosen_frameworks() -> list[str]:
@@ -213,7 +216,7 @@ def ratio(value: float, reference: Result | None) -> str:
 
 def print_results(results: list[Result]) -> None:
     """The table: first step, median step, test pass, total, accuracy, and the ratios to PyTorch and tinygrad."""
-    torch_ref = next((r for r in results if r.framework == "torch"), None)
+    torch_ref = next((r for r in results if r.framework.startswith("torch")), None)
     tiny_ref = next((r for r in results if r.framework.startswith("tinygrad")), None)
     print(f"{'framework':<20} " + " ".join(COLUMNS))
     for r in results:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import shutil
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pytest
 
 from glassgrad import Tensor, dtypes
 from glassgrad.dtype import DType
@@ -12,6 +16,31 @@ from glassgrad.helpers import getenv
 
 # the devices the API tests run on; CUDA=1 adds the GPU (and makes it the default device)
 DEVICES = ("CPU", "PYTHON") + (("CUDA",) if getenv("CUDA", 0) else ())
+
+
+def missing(message: str) -> None:
+    """A test's tool or package is absent: in CI (CI=true, where .ci/run installs everything) the test fails;
+    elsewhere (e.g. the GPU machine, which has no browser) it skips, saying what to install."""
+    if os.environ.get("CI", "").lower() in ("1", "true"):
+        pytest.fail(message)
+    pytest.skip(message, allow_module_level=True)
+
+
+def require_program(*names: str, install: str) -> str:
+    """The path of the first of `names` on PATH; see `missing` for what happens without it."""
+    found = next((path for name in names if (path := shutil.which(name))), None)
+    if found is None:
+        missing(f"this test needs {names[0]}: {install}")
+    return found
+
+
+def require_module(name: str, install: str):
+    """The module `name`, imported; see `missing` for what happens without it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(f"this test needs the Python package {name}: {install}")
+
 
 # The ways an input can be laid out in memory; every one but "contiguous" reads through a non-trivial view.
 LAYOUTS = ("contiguous", "transposed", "strided", "flipped", "expanded")

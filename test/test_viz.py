@@ -4,7 +4,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,13 +15,14 @@ import urllib.request
 import numpy as np
 import pytest
 
-from glassgrad import Tensor, dtypes
+from glassgrad import Device, Tensor, dtypes
 from glassgrad.codegen import full_rewrite_to_sink
 from glassgrad.uop import rewrite
 from glassgrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from glassgrad.viz import graph, recorder, server
 from glassgrad.viz.recorder import recording, rule_source
 from glassgrad.viz.server import VizData, make_server
+from helpers import require_program
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 loop_var = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, 4),), 0)
@@ -135,6 +135,12 @@ def test_kernels_are_recorded_with_their_rewrites_and_source():
 # ---- graphs drawn by dot ----
 
 
+@pytest.fixture
+def dot():
+    """Graphviz's dot, which draws the graphs (CI installs it; elsewhere a test without it skips)."""
+    return require_program("dot", install="apt-get install -y graphviz")
+
+
 def test_dot_source_has_every_node_and_edge_and_quotes_labels():
     expr = (loop_var + 2) * (loop_var + 2) + 1
     src = graph.dot_source(expr, {loop_var: "added"})
@@ -146,7 +152,7 @@ def test_dot_source_has_every_node_and_edge_and_quotes_labels():
     assert '\\"hi\\"' in quoted and "\\\\ bye" in quoted
 
 
-def test_render_svg_draws_one_svg_node_per_uop():
+def test_render_svg_draws_one_svg_node_per_uop(dot):
     expr = (loop_var * 3 + 1) * (loop_var * 3 + 1)
     svg = graph.render_svg(expr)
     assert svg.startswith("<svg") and svg.count('class="node"') == len(expr.toposort())
@@ -164,7 +170,7 @@ def test_without_dot_it_says_what_to_install(monkeypatch):
     assert "apt-get install graphviz" in step["before"]["error"] and "RANGE" in step["before"]["text"]
 
 
-def test_a_rewrite_too_long_to_replay_shows_each_step_as_the_matched_node_and_its_replacement(monkeypatch):
+def test_a_rewrite_too_long_to_replay_shows_each_step_as_the_matched_node_and_its_replacement(dot, monkeypatch):
     expr = (loop_var + 0) * 1
     with recording() as rec:
         graph_rewrite(expr, add_zero_and_mul_one)
@@ -193,7 +199,7 @@ def get(url: str) -> bytes:
         return response.read()
 
 
-def test_server_listens_on_loopback_and_answers_the_page_questions():
+def test_server_listens_on_loopback_and_answers_the_page_questions(dot):
     y = unique_kernel_input()
     with recording() as rec:
         (y + 1).realize()
@@ -240,9 +246,7 @@ def free_port() -> int:
 
 def chromium(url: str, profile: pathlib.Path, *flags: str) -> str:
     """Load `url` in headless Chromium (Debian's `chromium`) and return its stdout."""
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail("this test needs Debian's chromium: apt-get install -y chromium")
+    exe = require_program("chromium", "chromium-browser", install="apt-get install -y chromium")
     cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *flags, url]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -271,7 +275,7 @@ def viz_program():
         proc.wait()
 
 
-def test_viz_page_lists_rewrites_and_kernels_and_draws_graphs_in_chromium(viz_program, tmp_path):
+def test_viz_page_lists_rewrites_and_kernels_and_draws_graphs_in_chromium(dot, viz_program, tmp_path):
     url, lines = viz_program
     assert lines[0].strip() == "[18.0, 36.0]" and not any("opened" in line for line in lines)  # no display: address
     index = json.loads(get(url + "api/index"))
@@ -282,7 +286,7 @@ def test_viz_page_lists_rewrites_and_kernels_and_draws_graphs_in_chromium(viz_pr
     assert len(re.findall(r'<li data-kernel="\d+"', dom)) == len(index["kernels"]) == 1
     assert len(re.findall(r'<li data-rewrite="\d+"', dom)) == len(index["rewrites"]) >= 3
     name = index["kernels"][0]["name"]
-    assert f"kernel {name} on CPU" in dom and f"void {name}(" in dom
+    assert f"kernel {name} on {Device.DEFAULT}" in dom and f"void {name}(" in dom
     assert dom.count("<svg") == 1 and dom.count('class="node"') == len(ast.toposort())
 
     fired = next(i for i, r in enumerate(index["rewrites"]) if r["steps"])

@@ -1,10 +1,11 @@
 #!/bin/sh
-# Debian packages the tests need beyond Python's: Graphviz (VIZ=1 draws graphs with `dot`) and Chromium (the VIZ
-# test loads the page headless). Installs only what is missing, so a machine that has them pays nothing.
+# Debian packages the tests need beyond Python's: Graphviz (VIZ=1 draws graphs with `dot`), Chromium (the VIZ
+# test loads the page headless) and Fashion-MNIST (the dataset loader's test reads Debian's copy). Installs only what is missing, so a machine that has them pays nothing.
 set -e
 missing=""
 command -v dot >/dev/null 2>&1 || missing="$missing graphviz"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium fonts-dejavu-core"
+[ -d /usr/share/datasets/fashion-mnist ] || missing="$missing dataset-fashion-mnist"
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
