@@ -16,6 +16,7 @@ MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take f
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
+MANY_TILES = 8  # tiles enough that threads taking whole ones stay about equally busy, however many there are
 MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
 # GPU blocks (renderers with has_local): where a kernel has few outputs, threads share each one's reduction (GROUP)
 GROUP_BELOW = 8192  # outputs this few leave the GPU idle with one thread each...
@@ -166,18 +167,29 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
 
 
 def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | None:
-    """TILE the vector axis so that the part of an input one tile reads along the whole reduction (a matmul's panel of
-    B: K rows by the tile's columns) fits in half of L2: every row block then reads it from cache, and each thread
-    takes whole tiles."""
-    loop = ast.src[0].src[1].arg.shape[vector.axis]
-    width = 1
+    """TILE an output axis along which the register block moves so that the part of an input one tile reads along the
+    whole reduction (a matmul's panel of B: K rows by the tile's columns) fits in half of L2: every row block then
+    reads it from cache, and each thread takes whole tiles. That axis is the vector axis, or, where lanes take all of
+    it (a matmul over packed panels of B), the next outer axis when no UPCAST splits it."""
+    shape = list(ast.src[0].src[1].arg.shape)
+    lanes = [1] * len(shape)
     for o in opts:
-        if o.op == "UPCAST" and o.axis == vector.axis:
-            loop, width = loop // o.amount, width * o.amount
+        if o.op == "UPCAST":
+            shape[o.axis], lanes[o.axis] = shape[o.axis] // o.amount, lanes[o.axis] * o.amount
+    axis = vector.axis
+    if shape[axis] == 1:
+        axis = next((a for a in reversed(range(vector.axis)) if shape[a] > 1), None)
+        if axis is None or lanes[axis] > 1:
+            return None
+    width = lanes[axis] * prod(s * n for s, n in zip(shape[axis + 1 :], lanes[axis + 1 :]))
     panel_bytes = prod(reduce.src[0].shape[a] for a in reduce.arg[1]) * width * reduce.dtype.itemsize
     fits = L2_BUDGET // max(panel_bytes, 1)
-    keep = next((n for n in (64, 32, 16, 8, 4, 2) if n <= fits and loop % n == 0), 1)
-    return Opt("TILE", vector.axis, keep) if 1 < keep < loop else None
+    keeps = [n for n in (64, 32, 16, 8, 4, 2) if n <= fits and shape[axis] % n == 0]
+    if not keeps or keeps[0] == shape[axis]:  # the whole axis's panel fits: nothing to tile
+        return None
+    # threads take whole tiles: an even number of them (or many) keeps two cores equally busy
+    keep = next((n for n in keeps if (shape[axis] // n) % 2 == 0 or shape[axis] // n >= MANY_TILES), keeps[0])
+    return Opt("TILE", axis, keep)
 
 
 def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:

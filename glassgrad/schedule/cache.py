@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from glassgrad.dtype import dtypes
+from glassgrad.helpers import NOOPT
 from glassgrad.schedule.kernelize import fresh_unique, kernelize
 from glassgrad.uop.ops import Ops, UOp
 
 CACHE_SIZE = 64  # graphs remembered; a program has few shapes of graph that it realizes over and over
-_cache: OrderedDict[UOp, dict[UOp, UOp]] = OrderedDict()
+_cache: OrderedDict[tuple[UOp, int], dict[UOp, UOp]] = OrderedDict()
 stats = {"hits": 0, "misses": 0}
 
 
@@ -43,10 +44,10 @@ def cached_kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """kernelize(roots), served from the cache when a graph of the same shape was kernelized before."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
     normalized, uniques = normalize(sink)
-    key = normalized[sink]
+    key = (normalized[sink], NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
     if (template := _cache.get(key)) is None:
         stats["misses"] += 1
-        template = _cache[key] = kernelize(list(key.src))
+        template = _cache[key] = kernelize(list(key[0].src))
         if len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     else:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
+from glassgrad.schedule.pack import pack_large_matmuls
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker
@@ -278,6 +279,19 @@ def build_kernel(point: UOp) -> UOp:
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
+    twin = pack_large_matmuls(roots, enter=lambda n: not is_realized(n))
+    if any(new is not node for node, new in twin.items()):
+        # large matmuls read packed panels: kernelize that graph, and answer for the nodes of the one given
+        replaced = kernelize_graph([twin[r] for r in roots])
+        answer = {node: replaced[new] for node, new in twin.items() if new in replaced}
+        answer |= {node: new.substitute(replaced) for node, new in twin.items() if node.op is Ops.REDUCE_AXIS
+                   and new.op is Ops.RESHAPE and new.src[0] in replaced}  # fmt: skip
+        return answer
+    return kernelize_graph(roots)
+
+
+def kernelize_graph(roots: list[UOp]) -> dict[UOp, UOp]:
+    """kernelize's work on a graph as it is."""
     replaced: dict[UOp, UOp] = {}
     for point in find_realize_points(roots):
         point_now = point.substitute(replaced) if replaced else point

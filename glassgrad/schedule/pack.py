@@ -1,0 +1,84 @@
+"""Packing: a large matmul on the CPU reads its reused operand from panels that a kernel of their own lays out.
+
+A matmul's kernel keeps a block of outputs in registers and, for each term of the sum, loads a row of B's columns
+that the block covers. B's rows lie a whole row of B apart, usually a power of two of bytes, so the rows of one
+panel (K rows by the block's columns) fall into a few cache sets and evict each other: every block of rows of A reads
+the panel from memory again. Copied first into panels of PANEL_BYTES-wide columns, each panel K rows deep and
+contiguous (B[k, n] at P[n // W, k, n % W]), the panel is one stream that stays in L2.
+
+The rewrite splits the matmul's column axis into (panel, column within the panel), so that both the packed operand
+and the output are single views and the kernel's index math stays affine:
+
+    sum_k x[..., m, n, k] * y[..., m, n, k]          y constant along m (a broadcast of B)
+ -> sum_k x[..., m, j, w, k] * P[..., j, k, w]       n = j*W + w, P = B packed (its own kernel), output stored as is
+"""
+
+from __future__ import annotations
+
+from glassgrad.dtype import dtypes
+from glassgrad.helpers import NOOPT
+from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat
+
+PANEL_BYTES = 128  # a panel row: the two 64-byte vectors of the CPU's register block (codegen/heuristics.py)
+MIN_PACKED_BYTES = 1 << 20  # a B up to this fits in L2 as it lies (half of a 2 MiB L2): packing would not pay
+MIN_ROWS = 64  # the rows of A that reuse each panel: fewer do not repay copying B
+PACKED_DEVICES = ("CPU",)  # devices whose matmul kernels are register-blocked over B's columns
+PACKED_DTYPES = (dtypes.float32, dtypes.float64)
+
+
+def _mv(op: Ops, x: UOp, arg) -> UOp:
+    return UOp(op, x.dtype, (x,), tuple(arg))
+
+
+def _contiguous(x: UOp) -> UOp:
+    from glassgrad.schedule.kernelize import fresh_unique
+
+    return UOp(Ops.CONTIGUOUS, x.dtype, (x, fresh_unique()))
+
+
+def _broadcast_operand(mul: UOp) -> tuple[UOp, UOp] | None:
+    """(x, y) of the product where y is a broadcast of a matrix along the rows axis (-3): a matmul's B."""
+    for x, y in (mul.src, mul.src[::-1]):
+        if y.op is Ops.EXPAND and y.src[0].shape[-3] == 1 and y.src[0].shape[-2:] == mul.shape[-2:]:
+            return x, y
+    return None
+
+
+def pack_operand(reduce: UOp, mul: UOp) -> UOp | None:
+    """A large float matmul on the CPU, rewritten to read B from contiguous panels (see the module's docstring)."""
+    shape = mul.shape
+    if NOOPT or len(shape) < 3 or reduce.arg != (Ops.ADD, (len(shape) - 1,)) or reduce.dtype not in PACKED_DTYPES:
+        return None
+    if (operands := _broadcast_operand(mul)) is None or str(reduce.device).split(":")[0] not in PACKED_DEVICES:
+        return None
+    x, y = operands
+    *batch, m, n, k = shape
+    width = PANEL_BYTES // reduce.dtype.itemsize
+    if m < MIN_ROWS or n % width or n == width or n * k * reduce.dtype.itemsize <= MIN_PACKED_BYTES:
+        return None
+    b = y.src[0]  # (..., 1, n, k)
+    split = (*b.shape[:-2], n // width, width, k)
+    d = len(split)
+    panels = _contiguous(_mv(Ops.PERMUTE, _mv(Ops.RESHAPE, b, split), (*range(d - 3), d - 3, d - 1, d - 2)))
+    y2 = _mv(Ops.EXPAND, _mv(Ops.PERMUTE, panels, (*range(d - 3), d - 3, d - 1, d - 2)), (*batch, m, *split[-3:]))
+    x2 = _mv(Ops.RESHAPE, x, y2.shape)
+    product = mul.replace(src=(x2, y2) if mul.src[1] is y else (y2, x2))
+    packed = UOp(Ops.REDUCE_AXIS, reduce.dtype, (product,), (Ops.ADD, (d - 1,)))
+    return _mv(Ops.RESHAPE, _contiguous(packed), reduce.shape)
+
+
+pack_panels = PatternMatcher([
+    (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.MUL, name="mul"),), name="reduce"), pack_operand),
+])  # fmt: skip
+
+
+def pack_large_matmuls(roots: list[UOp], enter) -> dict[UOp, UOp]:
+    """Every node of the roots' graphs (down to where `enter` stops) mapped to its twin in which large matmuls read
+    packed panels; a graph with none maps each node to itself."""
+    twin: dict[UOp, UOp] = {}
+    for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort(enter=enter):
+        src = tuple(twin.get(s, s) for s in node.src)
+        rebuilt = node if src == node.src else node.replace(src=src)
+        twin[node] = pack_panels.rewrite(rebuilt) or rebuilt
+    return twin
