@@ -229,7 +229,9 @@ def test_each_local_and_group_action_alone_and_combined_keeps_results(name):
     combos += spread([(o,) + a for a in singles for o in actions(item.ast) if valid(item.ast, (o,) + a, True)], 4)
     for opts in spread(singles, 8) + combos:
         got = run_cuda(item, opts).reshape(expected.shape)
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=str(opts))
+        # sums in another order: an output near zero among large ones differs by the large ones' rounding
+        atol = 1e-5 * max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=atol, err_msg=str(opts))
 
 
 @needs_gpu
