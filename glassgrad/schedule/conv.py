@@ -85,19 +85,23 @@ def _strides(x: UOp) -> tuple[int, ...] | None:
 
 def pack_broadcast_weight(reduce: UOp) -> UOp | None:
     """A convolution's weight, broadcast over the batch and the output positions, read from a copy laid out (reduced
-    axes, output axes): along the output channels it then steps by one element."""
+    axes, output axes): along the output channels it then steps by one element. Not a weight gradient's output
+    gradient, which varies along its outermost output axis (the output channels), nor a matmul's operand, which
+    varies along one reduced axis."""
     if (found := _product(reduce)) is None:
         return None
     mul, order = found
     shape, reduced = reduce.src[0].shape, set(reduce.arg[1])
     outputs = [a for a in range(len(shape)) if a not in reduced]
+    if len(sized := [a for a in outputs if shape[a] > 1]) < 2:
+        return None
     for i, w in enumerate(mul.src):
         if w.op is not Ops.EXPAND or (strides := _strides(w)) is None:
             continue
         strides = tuple(strides[a] for a in order)  # along the sum's axes
         varying = [a for a in outputs if strides[a] != 0 and shape[a] > 1]
-        if not varying or strides[varying[-1]] == 1 or strides[outputs[-1]] != 0:
-            continue  # constant along every output, already inside, or not broadcast along the innermost output
+        if not varying or strides[varying[-1]] == 1 or any(strides[a] != 0 for a in (sized[0], sized[-1])):
+            continue  # constant along every output, already inside, or not broadcast over the batch and the width
         if sum(1 for a in reduced if strides[a] != 0 and shape[a] > 1) < MIN_REDUCED_AXES:
             continue
         kept = [(0, 1) if strides[a] == 0 else (0, shape[a]) for a in range(len(shape))]
