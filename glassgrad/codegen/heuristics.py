@@ -141,6 +141,10 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     if vector is not None and vector.op == "UPCAST":
         shape[vector.axis] //= vector.amount
     budget = MAX_LANES if vector is None else MAX_ACCUMULATORS if vector.op == "UPCAST" else MAX_UNROLL_ACCUMULATORS
+    # vector lanes across an outer output axis (a convolution's output channels): a block like a matmul's
+    out_shape = ast.src[0].src[1].arg.shape
+    inner = max((a for a in range(len(out_shape)) if out_shape[a] > 1), default=None)
+    across = vector is not None and vector.op == "UPCAST" and vector.axis != inner
     lanes = 1
     reused: set[int] = set()  # loads that already serve several lanes
     # output axes, innermost first, along which some load is constant; prefer one that helps a load not yet reused
@@ -152,8 +156,9 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
         if not usable:
             break
         axis, helped = next(((a, h) for a, h in usable if h - reused), usable[0])
-        # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers
-        room = 2 if vector is not None and axis == vector.axis else budget // lanes
+        # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers (with
+        # lanes across an outer axis, the output channels, as many vectors as the block over the inner axis leaves)
+        room = 2 if vector is not None and axis == vector.axis and not across else budget // lanes
         amount = _upcast_amount(shape[axis], min(room, budget // lanes))
         if amount <= 1:
             candidates.remove(axis)
@@ -166,6 +171,8 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     if vector is not None and vector.op == "UPCAST" and (tile := _panel_tile(ast, reduce, opts, vector)) is not None:
         opts.append(tile)
     for axis in reduced:
+        if across:  # unrolled, its terms would be summed as a tree before the accumulator: adds, not multiply-adds
+            break
         if vector is not None and vector.op == "UNROLL" and axis == vector.axis:
             continue
         if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= MAX_UNROLLED_TERMS:
