@@ -15,6 +15,7 @@ MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half 
 MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take fewer registers: more accumulators
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
+LONG_REDUCE = 64  # a reduction this long amortizes an output's lane-by-lane stores
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 MANY_TILES = 8  # tiles enough that threads taking whole ones stay about equally busy, however many there are
 MAX_UNROLLED_TERMS = 512  # lanes times unrolled terms per iteration: a 3x3 window over a 4x8 block still unrolls
@@ -68,18 +69,30 @@ def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> in
 
 def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
     """A vector UPCAST of the innermost output axis, when the output and every input that moves along it step by one
-    element: each lane's loads and stores then become one vector load or store."""
+    element: each lane's loads and stores then become one vector load or store. In a long reduction another output
+    axis may take the lanes instead, where every input steps by one element or stays along it and its vectors are
+    wider (a convolution's output channels, 16 lanes, over its output width of 28, 4): each lane then stores on its
+    own, once per LONG_REDUCE terms or more."""
     shape = ast.src[0].src[1].arg.shape
     axes = [a for a in range(len(shape)) if shape[a] > 1]
     if not axes or not vector_lanes:
         return None
-    axis = axes[-1]
-    if any(acc.steps.get(axis, 0) not in (0, 1) for acc in accesses):
-        return None
-    if not any(acc.is_store and acc.steps.get(axis) == 1 for acc in accesses):
-        return None
-    width = _vector_width(shape[axis], ast.src[0].src[0].dtype.base.itemsize, vector_lanes)
-    return Opt("UPCAST", axis, width) if width > 1 else None
+    itemsize = ast.src[0].src[0].dtype.base.itemsize
+
+    def width(axis: int, moving: list[Access]) -> int:
+        if any(acc.steps.get(axis, 0) not in (0, 1) for acc in moving) or not any(
+            acc.steps.get(axis) == 1 for acc in moving
+        ):
+            return 1
+        return _vector_width(shape[axis], itemsize, vector_lanes)
+
+    inner = axes[-1]
+    best = (width(inner, accesses) if any(acc.is_store and acc.steps.get(inner) == 1 for acc in accesses) else 1, inner)
+    reduce = main_reduce(ast)
+    if reduce is not None and prod(reduce.src[0].shape[a] for a in reduce.arg[1]) >= LONG_REDUCE:
+        loads = [acc for acc in accesses if not acc.is_store]
+        best = max([best] + [(width(a, loads), a) for a in axes[:-1]], key=lambda wa: (wa[0], wa[1] == inner, wa[1]))
+    return Opt("UPCAST", best[1], best[0]) if best[0] > 1 else None
 
 
 def _upcast_amount(size: int, room: int) -> int:
@@ -128,6 +141,10 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     if vector is not None and vector.op == "UPCAST":
         shape[vector.axis] //= vector.amount
     budget = MAX_LANES if vector is None else MAX_ACCUMULATORS if vector.op == "UPCAST" else MAX_UNROLL_ACCUMULATORS
+    # vector lanes across an outer output axis (a convolution's output channels): a block like a matmul's
+    out_shape = ast.src[0].src[1].arg.shape
+    inner = max((a for a in range(len(out_shape)) if out_shape[a] > 1), default=None)
+    across = vector is not None and vector.op == "UPCAST" and vector.axis != inner
     lanes = 1
     reused: set[int] = set()  # loads that already serve several lanes
     # output axes, innermost first, along which some load is constant; prefer one that helps a load not yet reused
@@ -139,8 +156,9 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
         if not usable:
             break
         axis, helped = next(((a, h) for a, h in usable if h - reused), usable[0])
-        # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers
-        room = 2 if vector is not None and axis == vector.axis else budget // lanes
+        # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers (with
+        # lanes across an outer axis, the output channels, as many vectors as the block over the inner axis leaves)
+        room = 2 if vector is not None and axis == vector.axis and not across else budget // lanes
         amount = _upcast_amount(shape[axis], min(room, budget // lanes))
         if amount <= 1:
             candidates.remove(axis)
@@ -153,6 +171,8 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     if vector is not None and vector.op == "UPCAST" and (tile := _panel_tile(ast, reduce, opts, vector)) is not None:
         opts.append(tile)
     for axis in reduced:
+        if across:  # unrolled, its terms would be summed as a tree before the accumulator: adds, not multiply-adds
+            break
         if vector is not None and vector.op == "UNROLL" and axis == vector.axis:
             continue
         if 1 < full[axis] <= SMALL_REDUCE and lanes * full[axis] <= MAX_UNROLLED_TERMS:

@@ -73,12 +73,15 @@ pack_panels = PatternMatcher([
 ])  # fmt: skip
 
 
-def pack_large_matmuls(roots: list[UOp], enter) -> dict[UOp, UOp]:
+def pack_large_matmuls(roots: list[UOp], enter, matcher: PatternMatcher = pack_panels) -> dict[UOp, UOp]:
     """Every node of the roots' graphs (down to where `enter` stops) mapped to its twin in which large matmuls read
-    packed panels; a graph with none maps each node to itself."""
+    packed panels (and whatever else `matcher`'s rules rewrite, each node until none applies); a graph with none maps
+    each node to itself."""
     twin: dict[UOp, UOp] = {}
     for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort(enter=enter):
         src = tuple(twin.get(s, s) for s in node.src)
         rebuilt = node if src == node.src else node.replace(src=src)
-        twin[node] = pack_panels.rewrite(rebuilt) or rebuilt
+        while (new := matcher.rewrite(rebuilt)) is not None:
+            rebuilt = new
+        twin[node] = rebuilt
     return twin

@@ -1,0 +1,171 @@
+"""The convolution rules of schedule/conv.py (a padded input's buffer, the weight packed with the output channels
+inside), each alone, the vector lanes the heuristics then give a convolution, and results against PyTorch forward and
+backward over awkward geometries, with one thread and with several."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import glassgrad.runtime.ops_cpu as ops_cpu
+import glassgrad.schedule.cache as schedule_cache
+from glassgrad import Context, Device, GlobalCounters, Tensor
+from glassgrad.codegen.heuristics import hand_coded_opts
+from glassgrad.codegen.opt import Opt
+from glassgrad.schedule import conv
+from glassgrad.uop import Ops
+
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def on_the_cpu(monkeypatch):
+    monkeypatch.setattr(Device, "DEFAULT", "CPU")
+    schedule_cache._cache.clear()
+    yield
+    schedule_cache._cache.clear()
+
+
+def rand(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def conv_reduce(x: Tensor, w: Tensor, **kwargs):
+    return next(u for u in x.conv2d(w, **kwargs).uop.toposort() if u.op is Ops.REDUCE_AXIS)
+
+
+def buffers_read(reduce) -> list:
+    """The CONTIGUOUS nodes a rewritten sum reads (the buffers the rules made)."""
+    return [u for u in reduce.toposort() if u.op is Ops.CONTIGUOUS]
+
+
+def test_a_padded_input_read_through_windows_gets_a_buffer():
+    x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 3, 3)).realize()
+    out = conv.buffer_padded_windows(conv_reduce(x, w, padding=1))
+    assert out is not None and out.op is Ops.REDUCE_AXIS
+    (padded,) = buffers_read(out)
+    assert padded.src[0].op is Ops.PAD and padded.shape == (2, 3, 11, 11)
+    assert conv.buffer_padded_windows(out) is None  # the windows now read a buffer: nothing left to do
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("no padding", lambda x, w: conv_reduce(x, w)),
+        ("a padded elementwise product", lambda x, w: (x.pad(((0, 0), (0, 0), (1, 1), (1, 1))) * 2).sum(-1).uop),
+        ("a padded sum that is no product", lambda x, w: x.avg_pool2d(3, 1, 1).uop.src[0].src[0]),
+    ],
+    ids=lambda c: c[0],
+)
+def test_the_padded_input_rule_leaves_other_sums_alone(case):
+    x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 3, 3)).realize()
+    node = case[1](x, w)
+    assert conv.buffer_padded_windows(node) is None
+
+
+def test_the_weight_is_packed_with_the_output_channels_inside():
+    x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 3, 3)).realize()
+    out = conv.pack_broadcast_weight(conv_reduce(x, w))
+    assert out is not None and out.shape == conv_reduce(x, w).shape
+    (packed,) = buffers_read(out)
+    assert [s for s in packed.shape if s != 1] == [3, 3, 3, 4]  # (C_in, kH, kW, C_out)
+    assert conv.pack_broadcast_weight(out) is None  # packed already
+
+
+def test_grouped_weights_are_packed_per_group():
+    x, w = Tensor(rand(2, 4, 9, 9)).realize(), Tensor(rand(6, 2, 3, 3)).realize()
+    (packed,) = buffers_read(conv.pack_broadcast_weight(conv_reduce(x, w, groups=2)))
+    assert [s for s in packed.shape if s != 1] == [2, 3, 3, 2, 3]  # (C_in / g, kH, kW, groups, C_out / g)
+
+
+def test_the_weight_rule_leaves_matmuls_weight_gradients_and_1x1_convs_alone():
+    a, b = Tensor(rand(64, 40)).realize(), Tensor(rand(3, 40, 96)).realize()
+    matmul = next(u for u in (a @ b).uop.toposort() if u.op is Ops.REDUCE_AXIS)
+    assert conv.pack_broadcast_weight(matmul) is None
+    x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 1, 1)).realize()
+    assert conv.pack_broadcast_weight(conv_reduce(x, w)) is None
+    x = Tensor(rand(2, 3, 9, 9), requires_grad=True).realize()
+    w = Tensor(rand(4, 3, 3, 3), requires_grad=True).realize()
+    (gw,) = x.conv2d(w).square().sum().gradient(w)
+    weight_gradient = next(u for u in gw.uop.toposort() if u.op is Ops.REDUCE_AXIS and u.shape[-2:] == (3, 3))
+    assert conv.pack_broadcast_weight(weight_gradient) is None
+
+
+def test_noopt_other_devices_and_integers_get_neither_rule():
+    x, w = rand(2, 3, 9, 9), rand(4, 3, 3, 3)
+    with Context(NOOPT=1):
+        reduce = conv_reduce(Tensor(x).realize(), Tensor(w).realize(), padding=1)
+        assert conv.buffer_padded_windows(reduce) is None and conv.pack_broadcast_weight(reduce) is None
+    reduce = conv_reduce(Tensor(x, device="PYTHON").realize(), Tensor(w, device="PYTHON").realize(), padding=1)
+    assert conv.buffer_padded_windows(reduce) is None and conv.pack_broadcast_weight(reduce) is None
+    xi, wi = Tensor(x.astype(np.int32)).realize(), Tensor(w.astype(np.int32)).realize()
+    reduce = conv_reduce(xi, wi, padding=1)
+    assert conv.buffer_padded_windows(reduce) is None and conv.pack_broadcast_weight(reduce) is None
+
+
+def test_a_padded_convolution_is_three_kernels_and_its_lanes_are_the_output_channels():
+    """The padded input, the packed weight, and the convolution, whose 16 vector lanes are output channels."""
+    x, w = Tensor(rand(4, 8, 12, 12)).realize(), Tensor(rand(32, 8, 3, 3)).realize()
+    out = x.conv2d(w, padding=1)
+    items = out.schedule()
+    assert len(items) == 3
+    opts = hand_coded_opts(items[-1].ast, Device["CPU"].renderer.vector_lanes)
+    # (N, groups, C_out, H, W): 16 output channels a vector, a block of 4 columns x 2 vectors, the window not
+    # unrolled (its terms would be added as a tree, not multiply-added into the accumulators)
+    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 4, 4), Opt("UPCAST", 2, 2)]
+    GlobalCounters.reset()
+    expected = F.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()), padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+GEOMETRIES = {
+    "odd_sizes_padding_1": ((3, 5, 11, 7), (6, 5, 3, 3), dict(padding=1)),
+    "padding_0": ((2, 3, 10, 10), (16, 3, 3, 3), dict()),
+    "padding_2_kernel_5": ((2, 4, 9, 9), (32, 4, 5, 5), dict(padding=2)),
+    "uneven_padding_stride_2": ((2, 3, 13, 12), (8, 3, 3, 2), dict(padding=(2, 1), stride=2)),
+    "dilation_2": ((2, 3, 12, 12), (16, 3, 3, 3), dict(padding=2, dilation=2)),
+    "groups_2": ((2, 4, 9, 9), (32, 2, 3, 3), dict(padding=1, groups=2)),
+    "depthwise": ((2, 8, 9, 9), (8, 1, 3, 3), dict(padding=1, groups=8)),
+    "one_output_channel": ((1, 3, 7, 7), (1, 3, 3, 3), dict(padding=1)),
+    "float64": ((2, 3, 8, 8), (16, 3, 3, 3), dict(padding=1)),
+}
+
+
+def run_with_threads(fn, threads: int, monkeypatch):
+    monkeypatch.setattr(ops_cpu, "THREADS", threads)
+    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)  # split every kernel, however small
+    return fn()
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_convolutions_match_torch_forward_and_backward_with_one_thread_and_three(name, monkeypatch):
+    xs, ws, kwargs = GEOMETRIES[name]
+    dtype = np.float64 if name == "float64" else np.float32
+    a, b, bias = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype), rand(ws[0], dtype=dtype)
+    ta, tb, tbias = (torch.tensor(v, requires_grad=True) for v in (a, b, bias))
+    tout = F.conv2d(ta, tb, tbias, **kwargs)
+    (tout.relu() * tout).sum().backward()
+
+    def ours():
+        x, w, c = (Tensor(v, requires_grad=True) for v in (a, b, bias))
+        out = x.conv2d(w, c, **kwargs)
+        (out.relu() * out).sum().backward()
+        return out.numpy(), x.grad.numpy(), w.grad.numpy(), c.grad.numpy()
+
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    one = run_with_threads(ours, 1, monkeypatch)
+    for got, want in zip(one, (tout, ta.grad, tb.grad, tbias.grad)):
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=tol, atol=tol * 10)
+    three = run_with_threads(ours, 3, monkeypatch)
+    for got, same in zip(three, one):
+        np.testing.assert_allclose(got, same, rtol=tol, atol=tol)
+
+
+def test_a_fused_input_is_computed_once_into_the_padded_buffer():
+    """relu(x) before a padded convolution: the padded buffer holds relu(x), the convolution reads it."""
+    a, b = rand(2, 4, 8, 8), rand(16, 4, 3, 3)
+    out = Tensor(a).realize().relu().conv2d(Tensor(b).realize(), padding=1)
+    expected = F.conv2d(torch.tensor(a).relu(), torch.tensor(b), padding=1).numpy()
+    items = out.schedule()
+    assert len(items) == 3 and not any(u.op is Ops.WHERE for u in items[-1].ast.toposort())
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
