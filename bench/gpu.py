@@ -51,18 +51,10 @@ REDUCTIONS = (("sum all", (ELEMENTS,), None), ("sum rows 4096", (4096, -1), 1), 
               ("sum columns 4096", (-1, 4096), 0))  # fmt: skip
 
 
-def timed(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 10, budget_s: float = 10.0) -> float:
-    """Median seconds per fn() after one warm-up, over groups of calls queued back to back with one synchronize each
-    (a group lasts at least GROUP_S, as a stream of work runs: the host's per-call time overlaps the GPU's); fewer
-    repeats where a run is slow."""
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    first = time.perf_counter() - start
-    calls = max(1, int(GROUP_S / max(first, 1e-9)))
+def queued(fn: Callable[[], object], sync: Callable[[], object], calls: int, groups: int) -> float:
+    """Median seconds per call over `groups` groups of `calls` calls queued back to back, one synchronize each."""
     times = []
-    for _ in range(max(1, min(repeats, int(budget_s / max(first * calls, 1e-9))))):
+    for _ in range(groups):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -71,19 +63,19 @@ def timed(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 1
     return statistics.median(times)
 
 
+def timed(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 10, budget_s: float = 10.0) -> float:
+    """Median seconds per fn() after one warm-up, over groups of calls lasting at least GROUP_S each (as a stream of
+    work runs: the host's per-call time overlaps the GPU's); fewer groups where a run is slow."""
+    sync()  # earlier work is not timed
+    first = queued(fn, sync, 1, 1)
+    calls = max(1, int(GROUP_S / max(first, 1e-9)))
+    return queued(fn, sync, calls, max(1, min(repeats, int(budget_s / max(first * calls, 1e-9)))))
+
+
 def per_call(fn: Callable[[], object], sync: Callable[[], object], calls: int) -> float:
     """Seconds per call of fn over `calls` calls queued back to back, then one synchronize (median of 5 such)."""
-    for _ in range(10):
-        fn()
-    sync()
-    results = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        results.append((time.perf_counter() - start) / calls)
-    return statistics.median(results)
+    queued(fn, sync, 10, 1)  # warm-up
+    return queued(fn, sync, calls, 5)
 
 
 ROWS = 64  # output rows checked against a float64 product
