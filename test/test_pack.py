@@ -34,7 +34,7 @@ def rand(*shape, dtype=np.float32):
 
 def packed_kernels(t: Tensor) -> list:
     """The matmul kernels of t that read packed panels: their reduction's input has the column axis split in two."""
-    packs = pack.pack_large_matmuls([t.uop], enter=lambda n: n.op is not Ops.BUFFER)
+    packs = pack.operand_twins([t.uop], enter=lambda n: n.op is not Ops.BUFFER)
     splits = {new.src[0].src[0].src[0].shape for node, new in packs.items() if new is not node
               and node.op is Ops.REDUCE_AXIS}  # fmt: skip
     reduces = [[u.src[0].shape for u in i.ast.toposort() if u.op is Ops.REDUCE_AXIS] for i in t.schedule()]

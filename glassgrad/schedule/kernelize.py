@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.schedule.conv import window_buffers
-from glassgrad.schedule.pack import pack_large_matmuls, pack_panels
+from glassgrad.schedule.pack import operand_twins, pack_panels
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker
@@ -280,9 +280,10 @@ def build_kernel(point: UOp) -> UOp:
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
-    twin = pack_large_matmuls(roots, enter=lambda n: not is_realized(n), matcher=pack_panels + window_buffers)
+    twin = operand_twins(roots, enter=lambda n: not is_realized(n), matcher=pack_panels + window_buffers)
     if any(new is not node for node, new in twin.items()):
-        # large matmuls read packed panels: kernelize that graph, and answer for the nodes of the one given
+        # operands got buffers of their own (packed panels, padded windows): kernelize that graph, and answer
+        # for the nodes of the one given
         replaced = kernelize_graph([twin[r] for r in roots])
         answer = {node: replaced[new] for node, new in twin.items() if new in replaced}
         answer |= {node: new.substitute(replaced) for node, new in twin.items() if node.op is Ops.REDUCE_AXIS

@@ -73,10 +73,11 @@ pack_panels = PatternMatcher([
 ])  # fmt: skip
 
 
-def pack_large_matmuls(roots: list[UOp], enter, matcher: PatternMatcher = pack_panels) -> dict[UOp, UOp]:
-    """Every node of the roots' graphs (down to where `enter` stops) mapped to its twin in which large matmuls read
-    packed panels (and whatever else `matcher`'s rules rewrite, each node until none applies); a graph with none maps
-    each node to itself."""
+def operand_twins(roots: list[UOp], enter, matcher: PatternMatcher = pack_panels) -> dict[UOp, UOp]:
+    """Every node of the roots' graphs (down to where `enter` stops) mapped to its twin in which `matcher`'s rules
+    gave operands buffers of their own (large matmuls read packed panels; schedule/conv.py's windows and weights),
+    each node rewritten until no rule applies; a graph with none maps each node to itself. (graph_rewrite gives the
+    new root only: kernelize needs the twin of every node, to answer for the graph it was given.)"""
     twin: dict[UOp, UOp] = {}
     for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort(enter=enter):
         src = tuple(twin.get(s, s) for s in node.src)
