@@ -49,11 +49,43 @@ def thread_vars(opts: tuple[Opt, ...], dtype: DType = IDX) -> list[UOp | None]:
 
 
 def index_dtype(ast: UOp) -> DType:
-    """int32 index math, unless some view spans 2**31 elements or more: then int64, so no index wraps."""
+    """int32 index math, unless some index could reach 2**31: then int64, so no index wraps.
+
+    What bounds an index is what the kernel computes, not how big its loop nest is: a convolution's unfolded view
+    can span billions of elements while every address it forms stays small (GPUs run 64-bit integer math as
+    several instructions, so int64 where it is not needed slows the inner loops)."""
     for node in ast.toposort():
-        if node.op is Ops.VIEW and any(prod(v.shape) >= 2**31 for v in node.arg.views):
+        if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and _axes_of_view(node) is None:
             return dtypes.int64
     return IDX
+
+
+def _axes_of_view(node: UOp) -> tuple[int | None, ...] | None:
+    """For a VIEW over an expression that only permutes and expands it: for each of the expression's dims, the
+    view's dim that indexes it (None for size 1). Such a view needs no flat index, however large its shape."""
+    src = node.src[0]
+    if src.op is Ops.CONST or len(node.arg.views) != 1:
+        return None
+    view = node.arg.views[0]
+    if view.mask is not None or view.offset != 0:
+        return None
+    by_stride = {(st, s): j for j, (s, st) in enumerate(zip(view.shape, view.strides, strict=True)) if st != 0}
+    axes, stride = [], 1
+    for size in reversed(src.shape):
+        axes.append(None if size == 1 else by_stride.pop((stride, size), -1))
+        stride *= size
+    return None if by_stride or -1 in axes else tuple(reversed(axes))
+
+
+def _fits_int32(views) -> bool:
+    """Whether every index a stack of views forms stays below 2**31: each dim, the flat positions that views below
+    the last are read at, and the last view's farthest address (offset plus each dim's reach)."""
+    limit = 2**31
+    if any(s >= limit for v in views for s in v.shape) or any(prod(v.shape) >= limit for v in views[:-1]):
+        return False
+    top = views[-1]
+    reach = abs(top.offset) + sum((s - 1) * abs(st) for s, st in zip(top.shape, top.strides, strict=True))
+    return reach < limit  # the stored views' reach bounds the flat output index the loops are unravelled from
 
 
 def unravel(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
@@ -106,8 +138,10 @@ class Lowerer:
 
     def _lower_view(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         """A view over an expression: index the expression through the view; outside its mask it is 0."""
+        src, axes = node.src[0], _axes_of_view(node)
+        if axes is not None:  # a permute/expand: index the expression directly, no flat index in between
+            return self.value(src, tuple(UOp.const(self.idx_dtype, 0) if j is None else idxs[j] for j in axes))
         flat, valid = node.arg.to_indexed(list(idxs))
-        src = node.src[0]
         inner = src if src.op is Ops.CONST else self.value(src, tuple(unravel(flat, src.shape)))
         return inner if _is_true(valid) else valid.where(inner, inner.const_like(0))
 
