@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 from glassgrad.codegen import ProgramSpec
 from glassgrad.engine.counters import GlobalCounters
@@ -47,25 +49,54 @@ _kernels: dict[tuple[str, UOp, int, int], CompiledKernel] = {}
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     """Compile an AST for a device once per process (the source is also cached on disk by the compiler)."""
-    key = (device, ast, NOOPT.value, BEAM.value)  # the flags choose the optimizations, so each gets its own program
+    key = _kernel_key(device, ast)
     if key not in _kernels:
-        dev = Device[device]
-        if DEBUG >= 4:
-            print(f"--- kernel AST ---\n{ast}")
-        spec = get_program_recorded(device, ast, dev.renderer)
-        if DEBUG >= 4:
-            print(
-                "--- linear program ---\n"
-                + "\n".join(
-                    f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} {[spec.program.index(s) for s in u.src]} {u.arg!r}"
-                    for i, u in enumerate(spec.program)
-                )
-            )
-        if DEBUG >= 3:
-            print(f"optimizations: {list(spec.opts) or 'none'}")
-            print(spec.src)
-        _kernels[key] = CompiledKernel(device, spec, dev.load(spec.name, spec.src))
+        spec = _program_spec(device, ast)
+        _kernels[key] = CompiledKernel(device, spec, Device[device].load(spec.name, spec.src))
     return _kernels[key]
+
+
+def compile_ahead(schedule: list[ScheduleItem]) -> None:
+    """Render every kernel of a schedule that is not compiled yet, then compile their sources side by side.
+
+    Rendering is Python and stays in order; the compilers (NVRTC through ctypes, the C compiler as a process) run
+    outside the GIL, so a first run's compile time (a training step's hundred kernels) is shared among the cores."""
+    todo: dict[tuple, tuple[str, UOp]] = {}
+    for item in schedule:
+        if item.ast.op is Ops.SINK and item.bufs[0].arg != 0:
+            device = buffer_of(item.bufs[0]).device
+            todo.setdefault(_kernel_key(device, item.ast), (device, item.ast))
+    todo = {key: found for key, found in todo.items() if key not in _kernels}
+    if len(todo) < 2:
+        return
+    specs = {key: (device, _program_spec(device, ast)) for key, (device, ast) in todo.items()}
+    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
+        binaries = pool.map(lambda found: Device[found[0]].compiler.compile_cached(found[1].src), specs.values())
+        for (key, (device, spec)), binary in zip(specs.items(), binaries, strict=True):
+            _kernels[key] = CompiledKernel(device, spec, Device[device].load(spec.name, spec.src, binary))
+
+
+def _kernel_key(device: str, ast: UOp) -> tuple:
+    return (device, ast, NOOPT.value, BEAM.value)  # the flags choose the optimizations, so each gets its own program
+
+
+def _program_spec(device: str, ast: UOp) -> ProgramSpec:
+    """Optimize, lower and render one kernel (DEBUG=3 prints its actions and source, DEBUG=4 its AST and program)."""
+    if DEBUG >= 4:
+        print(f"--- kernel AST ---\n{ast}")
+    spec = get_program_recorded(device, ast, Device[device].renderer)
+    if DEBUG >= 4:
+        print(
+            "--- linear program ---\n"
+            + "\n".join(
+                f"{i:4d} {u.op.name:<14} {u.dtype!r:<22} {[spec.program.index(s) for s in u.src]} {u.arg!r}"
+                for i, u in enumerate(spec.program)
+            )
+        )
+    if DEBUG >= 3:
+        print(f"optimizations: {list(spec.opts) or 'none'}")
+        print(spec.src)
+    return spec
 
 
 class CopyRunner:
@@ -113,6 +144,7 @@ def lower_item(item: ScheduleItem) -> ExecItem:
 def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
     """Run each item in order: copies move bytes, kernels run compiled programs. The buffers of `intermediates`
     (BUFFER nodes nothing reads after this run) may share memory where their lifetimes don't overlap."""
+    compile_ahead(schedule)
     items = []
     for item in schedule:
         if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy

@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import os
 import pathlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +57,7 @@ class Compiler:
 
 def _write_atomically(path: pathlib.Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # kernels compile side by side
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -83,10 +84,11 @@ class Compiled:
     program: type[Program]
     programs: dict[str, Program] = field(default_factory=dict)  # loaded programs, by source
 
-    def load(self, name: str, src: str) -> Program:
-        """Compile (through the disk cache) and load a kernel's source, once per process."""
+    def load(self, name: str, src: str, binary: bytes | None = None) -> Program:
+        """Load a kernel's source once per process: its `binary` where compiled already, else through the compiler's
+        disk cache."""
         if (found := self.programs.get(src)) is None:
-            found = self.programs[src] = self.program(name, self.compiler.compile_cached(src))
+            found = self.programs[src] = self.program(name, binary or self.compiler.compile_cached(src))
         return found
 
     def supports(self, dtype: DType) -> bool:
