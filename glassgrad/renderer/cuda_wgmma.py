@@ -189,14 +189,15 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "gg_wgmma_hold(acc);",
         "gg_cp_async_wait<0>();",
         "// the epilogue: accumulator 4j+e is row lane/4 (e < 2) or lane/4+8 of the warp's 16, columns 8j + 2*(lane%4)"
-        " and the next",
+        " and the next. + 0.0f reads it into a register of its own (it is never -0: it starts at +0); where a half"
+        " conversion wrote over the accumulator's own register, ptxas would serialize every wgmma (C7514)",
         "#pragma unroll",
         f"for (int j = 0; j < {c.bn // 8}; j++)",
         "#pragma unroll",
         "  for (int e = 0; e < 4; e++) {",
         *("    " + line for line in accumulator_lines(
             writer, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
-            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e]")),
+            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f")),
         "  }",
     ]  # fmt: skip
     dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
