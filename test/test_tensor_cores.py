@@ -4,6 +4,7 @@ PyTorch does.
 
 Recognising matrix products, choosing a tile and rendering the source run everywhere; compiling needs NVRTC (the
 nvidia-cuda-nvrtc wheel will do, no GPU) and running needs a GPU: those tests skip, saying why, where they are missing.
+Hopper's wgmma kernels (renderer/cuda_wgmma.py) compile everywhere NVRTC is and run only on sm_90.
 """
 
 import ctypes
@@ -20,6 +21,7 @@ from glassgrad.codegen.tensor_cores import match_matmul, tensor_core_actions, te
 from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.renderer.cuda_tc import TILE_CONFIGS
+from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS, WGMMA_CONFIGS, WgmmaConfig
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAUnavailable
@@ -33,6 +35,8 @@ FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alik
     "a.T@b.T": lambda a, b: a.T @ b.T,
 }
 CUDA = CUDARenderer()
+HOPPER = CUDARenderer()
+HOPPER.tile_configs = HOPPER_CONFIGS  # as an sm_90 device sets it
 
 
 def _ast(t: Tensor):
@@ -154,20 +158,44 @@ def _nvrtc_missing() -> str | None:
 
 
 @pytest.mark.skipif(_nvrtc_missing() is not None, reason="needs NVRTC (pip install nvidia-cuda-nvrtc)")
-@pytest.mark.parametrize("config", range(len(TILE_CONFIGS)))
-def test_every_tile_configuration_compiles_for_sm_90_without_spills(config):
-    a, b = _empty(512, 512, dtype=dtypes.bfloat16), _empty(512, 512, dtype=dtypes.bfloat16)
-    spec = get_program(_ast((a.T @ b).relu()), CUDA, (Opt("TC", 0, config),))
+@pytest.mark.parametrize("config", range(len(HOPPER_CONFIGS)))
+@pytest.mark.parametrize("form,dtype", [("a@b", dtypes.float16), ("a.T@b.T", dtypes.bfloat16)])
+def test_every_tile_configuration_compiles_for_sm_90_without_spills(config, form, dtype):
+    a, b = _empty(512, 512, dtype=dtype), _empty(512, 512, dtype=dtype)
+    spec = get_program(_ast(FORMS[form](a, b).relu()), HOPPER, (Opt("TC", 0, config),))
     compiler = ops_cuda.NVRTCCompiler("sm_90")
-    compiler.options.append("--ptxas-options=-v")
+    options = compiler.options_for(spec.src) + ["--ptxas-options=-v"]
+    assert (options[0] == "--gpu-architecture=sm_90a") == isinstance(HOPPER_CONFIGS[config], WgmmaConfig)
     lib, program = ops_cuda.libnvrtc(), ctypes.c_void_p()
     lib.nvrtcCreateProgram(ctypes.byref(program), spec.src.encode(), b"kernel.cu", 0, None, None)
-    options = (ctypes.c_char_p * len(compiler.options))(*(o.encode() for o in compiler.options))
     try:
-        assert lib.nvrtcCompileProgram(program, len(compiler.options), options) == 0, compiler._log(program)
-        assert "0 bytes spill stores" in compiler._log(program)
+        assert lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(
+            *(o.encode() for o in options))) == 0, compiler._log(program)  # fmt: skip
+        log = compiler._log(program)
+        assert "0 bytes spill stores" in log and "serialized" not in log, log  # wgmma kept asynchronous (C7514)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def test_hopper_prefers_wgmma_for_large_products_and_keeps_mma_sync_for_small_ones():
+    big, small = _ast(_empty(4096, 4096) @ _empty(4096, 4096)), _ast(_empty(256, 256) @ _empty(256, 512))
+    assert tensor_core_opts(big, HOPPER) == (Opt("TC", 0, 0),) and HOPPER_CONFIGS[0] is WGMMA_CONFIGS[0]
+    assert not isinstance(HOPPER_CONFIGS[tensor_core_opts(small, HOPPER)[0].amount], WgmmaConfig)  # 64x64: more blocks
+    assert len(tensor_core_actions(big, HOPPER)) == len(HOPPER_CONFIGS)  # BEAM times wgmma beside mma.sync
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_wgmma_source_reads_each_operand_in_its_own_layout(form):
+    a = _empty(256, 512, dtype=dtypes.bfloat16) if "a.T" in form else _empty(512, 256, dtype=dtypes.bfloat16)
+    b = _empty(256, 256, dtype=dtypes.bfloat16)
+    spec = get_program(_ast(FORMS[form](a, b)), HOPPER, (Opt("TC", 0, 0),))
+    assert spec.global_size == (4,) and spec.local_size == (256,)  # 4 x 1 tiles of 128 x 256, 2 warpgroups each
+    trans_a, trans_b = int("a.T" in form), int("b.T" not in form)  # 1: MN-major (rows contiguous, not k)
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, " in spec.src
+    assert f", p, 1, 1, {trans_a}, {trans_b}; }}" in spec.src
+    for text in ("wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async.shared::cta",
+                 "cp.async.cg.shared.global", "1ull << 62", "ldmatrix", "mma.sync"):  # fmt: skip
+        assert (text in spec.src) == (text not in ("ldmatrix", "mma.sync")), text
 
 
 # ---- on a GPU ----
@@ -210,14 +238,23 @@ def test_products_match_pytorch(dtype, form, m, k, n):
     assert _error(out, FORMS[form](ra, rb)) < TOLERANCE[dtype]
 
 
+def _device_config(config) -> int:
+    """The index of `config` among the GPU's tile configurations (skipping where the GPU lacks it: wgmma is sm_90's)."""
+    configs = Device["CUDA"].renderer.tile_configs
+    if config not in configs:
+        pytest.skip(f"{config} needs an sm_90 GPU, this is {Device['CUDA'].arch}")
+    return configs.index(config)
+
+
 @needs_gpu
-@pytest.mark.parametrize("config", range(len(TILE_CONFIGS)))
-@pytest.mark.parametrize("form", ["a@b", "a.T@b.T"])
+@pytest.mark.parametrize("config", HOPPER_CONFIGS, ids=str)
+@pytest.mark.parametrize("form", FORMS)
 def test_every_tile_configuration_is_right(config, form):
-    gen = torch.Generator().manual_seed(config)
+    index = _device_config(config)
+    gen = torch.Generator().manual_seed(index)
     ra, rb = (torch.randn(512, 512, generator=gen).half() for _ in range(2))
     a, b = (Tensor.empty(512, 512, dtype=dtypes.float16, device="CPU") for _ in range(2))
-    spec = get_program(_ast(FORMS[form](a, b)), Device["CUDA"].renderer, (Opt("TC", 0, config),))
+    spec = get_program(_ast(FORMS[form](a, b)), Device["CUDA"].renderer, (Opt("TC", 0, index),))
     out, *inputs = (Buffer("CUDA", 512 * 512, dtypes.float16) for _ in range(3))
     out.copyin(torch.full((512, 512), float("nan")).half().numpy().tobytes())  # every element must be written
     for buf, x in zip(inputs, (ra, rb)):
@@ -228,6 +265,27 @@ def test_every_tile_configuration_is_right(config, form):
     got = torch.from_numpy(np.frombuffer(out.as_bytes(), dtype=np.float16).reshape(512, 512).astype(np.float64))
     exact = FORMS[form](ra.double(), rb.double())
     assert not got.isnan().any() and float((got - exact).norm() / exact.norm()) < TOLERANCE[dtypes.float16]
+
+
+def _uses_wgmma(t: Tensor) -> bool:
+    renderer = Device["CUDA"].renderer
+    opts = choose_opts(t.schedule()[-1].ast, renderer)
+    return bool(opts) and opts[0].op == "TC" and isinstance(renderer.tile_configs[opts[0].amount], WgmmaConfig)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_wgmma_batched_broadcast_and_transposed_products_with_epilogues(dtype):
+    _device_config(WGMMA_CONFIGS[0])
+    (a, at, b, c, bias), (ra, rat, rb, rc, rbias) = _inputs(dtype, (4, 1024, 256), (4, 256, 1024), (4, 256, 1024),
+                                                            (1024, 256), (1024,), seed=1)  # fmt: skip
+    for out, exact in [
+        ((a @ b).relu() + bias, (ra @ rb).relu() + rbias),  # B n-contiguous (MN-major), a fused epilogue
+        (a @ c.T, ra @ rc.T),  # one B (k-contiguous) for every batch entry
+        (at.transpose(1, 2) @ b * 0.5, rat.transpose(1, 2) @ rb * 0.5),  # A m-contiguous (MN-major)
+    ]:
+        assert _uses_wgmma(out)  # 4 x 8 x 4 tiles of 128 x 256
+        assert _error(out, exact) < TOLERANCE[dtype]
 
 
 @needs_gpu

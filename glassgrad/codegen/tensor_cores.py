@@ -6,8 +6,9 @@ value), accumulated in float32, whose inputs lie in memory as plain strided matr
 axis contiguous), and whose sizes the tile divides. `match_matmul` says whether a kernel is one and
 describes it (`Matmul`); everything after the sum (the cast to half, a bias, an activation: the epilogue) stays the
 kernel's own UOps, lowered by `lower_epilogue` for one accumulator at a time. The renderer writes the kernel around it
-(renderer/cuda_tc.py). The heuristics choose TC where the renderer has tensor cores and the shapes allow; BEAM times
-every configuration that fits; NOOPT=1 turns it off, and every other kernel keeps the ordinary path.
+(renderer/cuda_tc.py; renderer/cuda_wgmma.py on Hopper). The heuristics choose TC where the renderer has tensor cores
+and the shapes allow; BEAM times every configuration that fits; NOOPT=1 turns it off, and every other kernel keeps
+the ordinary path.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from glassgrad.uop.view import View
 
 if TYPE_CHECKING:
     from glassgrad.renderer.cuda_tc import TileConfig
+    from glassgrad.renderer.cuda_wgmma import WgmmaConfig
 
 TC_DTYPES = (dtypes.float16, dtypes.bfloat16)
 ALIGN = 8  # elements of 16 bits in the 16 bytes that one copy moves: strides and offsets must be multiples of it
@@ -153,7 +155,7 @@ def match_matmul(ast: UOp) -> Matmul | None:
     return mm if _epilogue_sink(ast, mm) is not None else None
 
 
-def fits(mm: Matmul, config: TileConfig) -> bool:
+def fits(mm: Matmul, config: TileConfig | WgmmaConfig) -> bool:
     """The tile divides the product's m, n and k, and each thread copies whole 16-byte pieces of every step."""
     pieces = (config.bm + config.bn) * config.bk // ALIGN
     return (mm.m % config.bm == 0 and mm.n % config.bn == 0 and mm.k % config.bk == 0

@@ -18,6 +18,7 @@ from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.renderer.cuda_tc import TILE_CONFIGS, render_matmul
+from glassgrad.renderer.cuda_wgmma import WgmmaConfig, render_wgmma
 from glassgrad.uop.ops import Ops, UOp
 
 # NVRTC has no <math.h>: the two constants it would give, as the bits C's INFINITY and NAN have
@@ -112,7 +113,12 @@ class CUDARenderer(CStyleRenderer):
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
     tile_configs = TILE_CONFIGS  # tensor-core matrix products (renderer/cuda_tc.py); the device clears it before sm_80
-    render_matmul = render_matmul
+    # and puts wgmma's (renderer/cuda_wgmma.py) first on sm_90
+
+    def render_matmul(self, name: str, mm, config, epilogue: list[UOp]) -> str:
+        """The tensor-core kernel: warpgroup MMA for a WgmmaConfig (sm_90a), mma.sync for a TileConfig."""
+        render = render_wgmma if isinstance(config, WgmmaConfig) else render_matmul
+        return render(self, name, mm, config, epilogue)
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.codegen.tensor_cores import Matmul, Operand
-    from glassgrad.renderer.cstyle import CStyleRenderer
 
 CHUNK = 8  # 16-bit elements in one 16-byte copy (cp.async) and in one row of an ldmatrix 8x8 matrix
 GROUP_M = 8  # blocks go through the output GROUP_M tile rows at a time, so that the panels they read stay in L2
@@ -134,7 +134,7 @@ class OperandTile:
             source = f"g{self.name} + line*{ld} + kt*{self.bk} + chunk*{CHUNK}"
         else:  # line = a k, chunk = 8 rows
             source = f"g{self.name} + (kt*{self.bk} + line)*{ld} + chunk*{CHUNK}"
-        target = f"s{self.name} + stage*{self.stage_bytes} + {swizzled_chunk('line', 'chunk', cpl)}*16"
+        target = f"s{self.name} + stage*{self.stage_bytes} + {self.shared_offset('line', 'chunk')}"
         return [
             "#pragma unroll",
             f"for (int i = 0; i < {self.copies}; i++) {{",
@@ -142,6 +142,10 @@ class OperandTile:
             f"  gg_cp_async16({target}, {source});",
             "}",
         ]
+
+    def shared_offset(self, line: str, chunk: str) -> str:
+        """The C expression of the byte offset in a stage where 16-byte chunk `chunk` of line `line` goes."""
+        return f"{swizzled_chunk(line, chunk, self.chunks_per_line)}*16"
 
     def fragment_address(self, stage_base: str, row0: str, k0: str) -> str:
         """The shared-memory address this lane gives ldmatrix for the 16 x 16 block at (row0, k0): matrix j = lane/8
@@ -195,33 +199,29 @@ def batch_indices(batch_shape: tuple[int, ...], itype: str) -> list[str]:
     return lines
 
 
-def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileConfig, epilogue: list[UOp]) -> str:
-    """The CUDA source of the tensor-core kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
-    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores."""
-    from glassgrad.renderer.cstyle import CKernelWriter
+class EpilogueWriter(CKernelWriter):
+    """The C writer of the epilogue; its SPECIAL variables are the kernel's own (the accumulator and its position)."""
 
-    class EpilogueWriter(CKernelWriter):
-        """The C writer; the SPECIAL variables are the kernel's own (the accumulator and its position)."""
+    def alu(self, u: UOp) -> None:
+        if u.op is Ops.SPECIAL:
+            self.names[u] = u.arg[0]
+        else:
+            super().alu(u)
 
-        def alu(self, u: UOp) -> None:
-            if u.op is Ops.SPECIAL:
-                self.names[u] = u.arg[0]
-            else:
-                super().alu(u)
 
+def epilogue_writer(renderer: CStyleRenderer, name: str, epilogue: list[UOp]) -> EpilogueWriter:
+    """The epilogue written once: its lines (for one accumulator) and the kernel's parameters."""
     writer = EpilogueWriter(renderer, epilogue)
     writer.write(name)
-    c = config
-    a = OperandTile("A", mm.a, c.bm, c.bk, c.threads)
-    b = OperandTile("B", mm.b, c.bn, c.bk, c.threads)
-    tiles_m, tiles_n = mm.m // c.bm, mm.n // c.bn
-    warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // 16
-    itype = renderer.type_name(mm.index_dtype)
-    mma_type = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
-    body = [
-        "extern __shared__ __align__(128) unsigned char gg_shared[];",
-        "const int lane = threadIdx.x%32, warp = threadIdx.x/32;",
-        f"const int warp_m = (warp/{warps_n})*{c.warp_m}, warp_n = (warp%{warps_n})*{c.warp_n};",
+    return writer
+
+
+def tile_lines(
+    mm: Matmul, bm: int, bn: int, itype: str, writer: CKernelWriter, a: OperandTile, b: OperandTile
+) -> list[str]:  # noqa: E501
+    """Statements choosing this block's output tile (tile_m, tile_n, gg_batch) and its operands' origins gA, gB."""
+    tiles_m, tiles_n = mm.m // bm, mm.n // bn
+    return [
         f"// this block's tile: blocks take the batch entries in turn, and in each the tiles {GROUP_M} rows at a time",
         f"int tile = blockIdx.x; const {itype} gg_batch = tile/{tiles_m * tiles_n}; tile %= {tiles_m * tiles_n};",
         f"const int group = tile/{GROUP_M * tiles_n}, first_m = group*{GROUP_M};",
@@ -230,6 +230,44 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         *batch_indices(mm.batch_shape, itype),
         f"const unsigned short* gA = {a.global_origin(writer.names[mm.a.buffer], batch_offset(mm.a, mm.batch_shape, 'gg_batch'), 'tile_m')};",  # noqa: E501
         f"const unsigned short* gB = {b.global_origin(writer.names[mm.b.buffer], batch_offset(mm.b, mm.batch_shape, 'gg_batch'), 'tile_n')};",  # noqa: E501
+    ]
+
+
+def accumulator_lines(writer: CKernelWriter, itype: str, row: str, col: str, acc: str) -> list[str]:
+    """The epilogue of one accumulator `acc` at output row `row`, column `col` (C expressions)."""
+    return [f"const {itype} gg_row = {row};", f"const {itype} gg_col = {col};", f"const float gg_acc = {acc};",
+            *writer.lines]  # fmt: skip
+
+
+def kernel_source(renderer: CStyleRenderer, writer: CKernelWriter, epilogue: list[UOp], name: str, threads: int,
+                  blocks_per_sm: int, shared_bytes: int, helpers: list[str], body: list[str]) -> str:  # fmt: skip
+    """The whole source: the prelude, the helpers, the shared-memory size the runtime reads, the kernel."""
+    kernel = [
+        f'extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {shared_bytes};  // read by the runtime',
+        f'extern "C" __global__ void __launch_bounds__({threads}, {blocks_per_sm}) {name}({", ".join(writer.params)}) {{',  # noqa: E501
+        *("  " + line for line in body),
+        "}",
+    ]
+    return "\n".join(renderer.prelude(epilogue) + helpers + kernel) + "\n"  # type: ignore[attr-defined]
+
+
+def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileConfig, epilogue: list[UOp]) -> str:
+    """The CUDA source of the tensor-core kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
+    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores."""
+    writer = epilogue_writer(renderer, name, epilogue)
+    c = config
+    a = OperandTile("A", mm.a, c.bm, c.bk, c.threads)
+    b = OperandTile("B", mm.b, c.bn, c.bk, c.threads)
+    warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // 16
+    itype = renderer.type_name(mm.index_dtype)
+    mma_type = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
+    row, col = f"tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4", f"tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2"
+    store = accumulator_lines(writer, itype, row, col, "acc[i][j][e]")
+    body = [
+        "extern __shared__ __align__(128) unsigned char gg_shared[];",
+        "const int lane = threadIdx.x%32, warp = threadIdx.x/32;",
+        f"const int warp_m = (warp/{warps_n})*{c.warp_m}, warp_n = (warp%{warps_n})*{c.warp_n};",
+        *tile_lines(mm, c.bm, c.bn, itype, writer, a, b),
         f"const unsigned sA = gg_smem(gg_shared), sB = sA + {c.stages * a.stage_bytes};",
         f"float acc[{mi}][{ni}][4];",
         "#pragma unroll",
@@ -280,17 +318,8 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         f"  for (int j = 0; j < {ni}; j++)",
         "#pragma unroll",
         "    for (int e = 0; e < 4; e++) {",
-        f"      const {itype} gg_row = tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4;",
-        f"      const {itype} gg_col = tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2;",
-        "      const float gg_acc = acc[i][j][e];",
-        *("    " + line for line in writer.lines),
+        *("      " + line for line in store),
         "    }",
     ]
-    kernel = [
-        f'extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {c.shared_bytes};  // read by the runtime',
-        f'extern "C" __global__ void __launch_bounds__({c.threads}, 1) {name}({", ".join(writer.params)}) {{',
-        *("  " + line for line in body),
-        "}",
-    ]
-    prelude = renderer.prelude(epilogue) + PTX_HELPERS + [MMA.format(t=mma_type)]  # type: ignore[attr-defined]
-    return "\n".join(prelude + kernel) + "\n"
+    helpers = PTX_HELPERS + [MMA.format(t=mma_type)]
+    return kernel_source(renderer, writer, epilogue, name, c.threads, 1, c.shared_bytes, helpers, body)

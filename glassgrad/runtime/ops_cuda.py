@@ -15,6 +15,7 @@ import os
 import sys
 
 from glassgrad.renderer.cuda import CUDARenderer
+from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -187,14 +188,21 @@ class NVRTCCompiler(Compiler):
         _nvrtc_check(libnvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
         self.cache_key = f"nvrtc {major.value}.{minor.value} {' '.join(self.options)}"
 
+    def options_for(self, src: str) -> list[str]:
+        """The options for one kernel: sm_90's wgmma kernels build for sm_90a, the target of that chip alone."""
+        if self.arch == "sm_90" and "wgmma." in src:
+            return [f"--gpu-architecture={self.arch}a", *self.options[1:]]
+        return self.options
+
     def compile(self, src: str) -> bytes:
         lib = libnvrtc()
         program = ctypes.c_void_p()
         _nvrtc_check(lib.nvrtcCreateProgram(ctypes.byref(program), src.encode(), b"kernel.cu", 0, None, None),
                      "nvrtcCreateProgram")  # fmt: skip
         try:
-            options = (ctypes.c_char_p * len(self.options))(*(o.encode() for o in self.options))
-            code = lib.nvrtcCompileProgram(program, len(self.options), options)
+            opts = self.options_for(src)
+            options = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
+            code = lib.nvrtcCompileProgram(program, len(opts), options)
             _nvrtc_check(code, "nvrtc compiling a kernel", f"{self._log(program)}\n--- source ---\n{src}")
             size = ctypes.c_size_t()
             _nvrtc_check(lib.nvrtcGetCUBINSize(program, ctypes.byref(size)), "nvrtcGetCUBINSize")
@@ -310,6 +318,8 @@ class CudaDevice(Compiled):
         renderer = CUDARenderer()
         if major < 8:  # mma.sync of 16-bit floats, ldmatrix and cp.async need sm_80
             renderer.tile_configs = ()
+        if (major, minor) == (9, 0):  # wgmma: Hopper's own (sm_90a), preferred; mma.sync for the tiles it lacks
+            renderer.tile_configs = HOPPER_CONFIGS
         super().__init__(name, CUDAAllocator(self), renderer, NVRTCCompiler(self.arch), program)  # type: ignore[arg-type]
 
     def attribute(self, attribute: int) -> int:

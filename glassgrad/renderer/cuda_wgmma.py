@@ -1,0 +1,206 @@
+"""The tensor-core matrix product on Hopper (sm_90a): warpgroup MMA (`wgmma.mma_async`) with operands in shared memory.
+
+The variant of renderer/cuda_tc.py's kernel for H100/H200, whose tensor cores run at their full rate only through
+wgmma (mma.sync reaches about 2/3 of it). Same work, different inner machinery:
+
+- each block computes a BM x BN tile (of one batch entry) with BM/64 warpgroups (4 consecutive warps each), each
+  warpgroup 64 rows of it across all BN columns, one `wgmma.mma_async.m64n{BN}k16` per 16 k's;
+- the tensor cores read A and B straight from shared memory, through 64-bit matrix descriptors: no ldmatrix, no
+  fragments in registers, only the float32 accumulators (BN/2 a thread);
+- shared memory holds each operand in the layout wgmma's 128-byte swizzle expects: 128-byte lines whose 16-byte
+  chunks are XORed with the line number mod 8, in 1024-byte atoms of 8 lines. An operand stored k-contiguous
+  (K-major) has a line per row, BK = 64 k's; one stored row-contiguous (MN-major: a@b's B, a.T@b's A) has a line per
+  k, 64 rows, and an atom column per 64 rows. f16/bf16 wgmma reads either (its transpose flags), so every layout
+  copies 16 contiguous bytes at a time as it lies in global memory;
+- `cp.async` fills STAGES stages, STAGES-1 steps ahead; each step's products are issued, committed as a group, and
+  left running while the next step's data is awaited: `wgmma.wait_group 1` lets a warpgroup go on with one group in
+  flight, and the barrier after it says every warpgroup is done with the previous step's stage, which the next
+  copies overwrite. `fence.proxy.async` makes the copies (ordinary writes) visible to the tensor cores' reads.
+
+The epilogue is the kernel's own UOps, as in cuda_tc.py; accumulator 4j+e of a thread is the mma.sync layout of
+n8 piece j: row 16*warp + lane/4 + 8*(e/2) of its warpgroup's 64, column 8j + 2*(lane%4) + e%2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from glassgrad.dtype import dtypes
+from glassgrad.renderer.cuda_tc import (
+    PTX_HELPERS,
+    TILE_CONFIGS,
+    OperandTile,
+    accumulator_lines,
+    epilogue_writer,
+    kernel_source,
+    tile_lines,
+)
+
+if TYPE_CHECKING:
+    from glassgrad.codegen.tensor_cores import Matmul
+    from glassgrad.renderer.cstyle import CStyleRenderer
+    from glassgrad.uop.ops import UOp
+
+LINE = 128  # bytes in a line of the 128-byte swizzle: 64 16-bit elements
+ATOM = 8 * LINE  # the swizzle's repeating pattern: 8 lines
+SHARED_PER_SM = 228 * 1024  # an H100's shared memory a multiprocessor, of which each block reserves 1 KB itself
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """A block's output tile (bm x bn: bm/64 warpgroups of 64 rows, each across all bn columns) and its copy stages."""
+
+    bm: int
+    bn: int
+    stages: int
+    bk: int = LINE // 2  # k's in a step: one 128-byte line of a K-major operand
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.bm // 64)
+
+    @property
+    def shared_bytes(self) -> int:
+        """The stages' A and B tiles, and up to an atom's bytes to start them at a multiple of one."""
+        return self.stages * (self.bm + self.bn) * self.bk * 2 + ATOM
+
+    @property
+    def blocks_per_sm(self) -> int:
+        """Blocks that fit a multiprocessor's shared memory at once (up to 2): the launch bounds promise them."""
+        return max(1, min(2, SHARED_PER_SM // (self.shared_bytes + 1024)))
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages"
+
+
+# wgmma's configurations, in the heuristics' order of preference; on sm_90 they come before cuda_tc.py's, which stay
+# for other cards and the shapes these do not divide (bench/tensor_cores.py, H100, n = 4096 and 8192: 128x256 with 4
+# stages reached 0.71-0.83 of cuBLAS, 128x128 with 3 stages 0.63-0.69, the mma.sync kernels 0.48-0.54)
+WGMMA_CONFIGS = (
+    WgmmaConfig(128, 256, 4),  # 2 warpgroups of 64x256, 192 KB: one block a multiprocessor
+    WgmmaConfig(128, 128, 3),  # 2 warpgroups of 64x128, 96 KB: two blocks a multiprocessor
+    WgmmaConfig(128, 256, 3),
+    WgmmaConfig(256, 128, 4),  # 4 warpgroups of 64x128
+    WgmmaConfig(128, 128, 4),
+)
+HOPPER_CONFIGS = WGMMA_CONFIGS + TILE_CONFIGS  # an sm_90 device's renderer's, in the heuristics' order of preference
+
+WGMMA_HELPERS = [
+    'static inline void gg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }',
+    'static inline void gg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }',
+    "template <int N> static inline void gg_wgmma_wait() {"
+    ' asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }',
+    'static inline void gg_fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }',
+    "// a shared-memory matrix descriptor: start, leading and stride byte offsets (in 16-byte units), 128B swizzle",
+    "static inline unsigned long long gg_desc(unsigned addr, unsigned lead, unsigned stride) {"
+    " return (unsigned long long)((addr & 0x3FFFF) >> 4) | (unsigned long long)(lead >> 4) << 16"
+    " | (unsigned long long)(stride >> 4) << 32 | 1ull << 62; }",
+]  # fmt: skip
+
+
+def wgmma_helper(n: int, dtype: str, trans_a: int, trans_b: int) -> str:
+    """gg_wgmma(d, a, b): d += A B for one k16 piece, A (64 x 16) and B (16 x n) given by descriptors; the trans
+    flags say which operand is MN-major. Also gg_wgmma_hold(d): tells the compiler that d is in use (the products
+    write it asynchronously, so it must stay in place between the issue and the wait)."""
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    acc = ", ".join(f"%{i}" for i in range(regs))
+    return (
+        "static inline void gg_wgmma(float* d, unsigned long long a, unsigned long long b) {"
+        f' asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; wgmma.mma_async.sync.aligned.m64n{n}k16'
+        f'.f32.{dtype}.{dtype} {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b}; }}"'
+        f' : {outs} : "l"(a), "l"(b), "r"(1) : "memory"); }}\n'
+        f'static inline void gg_wgmma_hold(float* d) {{ asm volatile("" : {outs} :: "memory"); }}'
+    )
+
+
+class SwizzledTile(OperandTile):
+    """An operand's tile in shared memory as wgmma reads it (128-byte swizzle), and its descriptors."""
+
+    def shared_offset(self, line: str, chunk: str) -> str:
+        """K-major: a line is a row and its 8 chunks; MN-major: a line is a k, 8 chunks of each 64 rows, one atom
+        column (bk lines) per 64 rows. In both the chunk is XORed with the line mod 8 (the hardware's swizzle)."""
+        return f"(({chunk})/8*{self.bk * LINE} + ({line})*{LINE} + ((({chunk})%8)^(({line})%8))*16)"
+
+    @property
+    def trans(self) -> int:
+        return 0 if self.k_contiguous else 1
+
+    def descriptor(self, row0: str) -> str:
+        """The descriptor of stage 0's piece at rows row0.. (a multiple of 64), k's 0..15. K-major: 8-row groups are
+        an atom apart (the stride offset); MN-major: atom columns of 64 rows are bk lines apart (the leading offset),
+        8-k groups an atom apart (the stride offset)."""
+        if self.k_contiguous:
+            return f"gg_desc(s{self.name} + ({row0})*{LINE}, 16, {ATOM})"
+        return f"gg_desc(s{self.name} + ({row0})/64*{self.bk * LINE}, {self.bk * LINE}, {ATOM})"
+
+    def k_step_bytes(self) -> int:
+        """How far the next 16 k's start: 32 bytes along a K-major line, 16 lines down an MN-major tile."""
+        return 16 * 2 if self.k_contiguous else 16 * LINE
+
+
+def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaConfig, epilogue: list[UOp]) -> str:
+    """The CUDA source (sm_90a) of the wgmma kernel `name` for `mm` with tiles `config`; `epilogue` as in
+    cuda_tc.render_matmul."""
+    writer = epilogue_writer(renderer, name, epilogue)
+    c = config
+    a = SwizzledTile("A", mm.a, c.bm, c.bk, c.threads)
+    b = SwizzledTile("B", mm.b, c.bn, c.bk, c.threads)
+    itype = renderer.type_name(mm.index_dtype)
+    regs, stages = c.bn // 2, c.stages
+    body = [
+        "extern __shared__ __align__(128) unsigned char gg_shared[];",
+        "const int lane = threadIdx.x%32, warp = threadIdx.x%128/32, warpgroup = threadIdx.x/128;",
+        *tile_lines(mm, c.bm, c.bn, itype, writer, a, b),
+        f"const unsigned sA = (gg_smem(gg_shared) + {ATOM - 1}) & ~{ATOM - 1}u, sB = sA + {stages * a.stage_bytes};"
+        "  // the swizzle's pattern starts at a multiple of 1024 bytes",
+        f"const unsigned long long desc_a = {a.descriptor('warpgroup*64')}, desc_b = {b.descriptor('0')};",
+        f"float acc[{regs}];",
+        "#pragma unroll",
+        f"for (int i = 0; i < {regs}; i++) acc[i] = 0.0f;",
+        "auto copy_step = [&](int kt, int stage) {",
+        *("  " + line for line in a.copy_lines() + b.copy_lines()),
+        "};",
+        f"const int steps = {mm.k // c.bk};",
+        "#pragma unroll",
+        f"for (int s = 0; s < {stages - 1}; s++) {{  // the first {stages - 1} steps' copies go out before any math",
+        "  if (s < steps) copy_step(s, s);",
+        "  gg_cp_async_commit();",
+        "}",
+        "for (int kt = 0; kt < steps; kt++) {",
+        f"  gg_cp_async_wait<{stages - 2}>();  // step kt is in (this thread's copies), visible to the tensor cores,",
+        "  gg_fence_async_shared();",
+        "  __syncthreads();  // and every thread's",
+        "  const unsigned stage = kt%" + str(stages) + ";  // descriptors count 16-byte units from their start:",
+        f"  const unsigned long long da = desc_a + stage*{a.stage_bytes // 16}, db = desc_b + stage*{b.stage_bytes // 16};",  # noqa: E501
+        "  gg_wgmma_hold(acc);",
+        "  gg_wgmma_fence();",
+        "#pragma unroll",
+        f"  for (int ks = 0; ks < {c.bk // 16}; ks++)",
+        f"    gg_wgmma(acc, da + ks*{a.k_step_bytes() // 16}, db + ks*{b.k_step_bytes() // 16});",
+        "  gg_wgmma_commit();",
+        "  gg_wgmma_wait<1>();  // this warpgroup's products of step kt-1 are done (step kt's run on)",
+        "  gg_wgmma_hold(acc);",
+        "  __syncthreads();  // every warpgroup's: the stage step kt-1 used takes step kt+stages-1's copies",
+        f"  if (kt + {stages - 1} < steps) copy_step(kt + {stages - 1}, (kt + {stages - 1})%{stages});",
+        "  gg_cp_async_commit();",
+        "}",
+        "gg_wgmma_wait<0>();",
+        "gg_wgmma_hold(acc);",
+        "gg_cp_async_wait<0>();",
+        "// the epilogue: accumulator 4j+e is row lane/4 (e < 2) or lane/4+8 of the warp's 16, columns 8j + 2*(lane%4)"
+        " and the next. + 0.0f reads it into a register of its own (it is never -0: it starts at +0); where a half"
+        " conversion wrote over the accumulator's own register, ptxas would serialize every wgmma (C7514)",
+        "#pragma unroll",
+        f"for (int j = 0; j < {c.bn // 8}; j++)",
+        "#pragma unroll",
+        "  for (int e = 0; e < 4; e++) {",
+        *("    " + line for line in accumulator_lines(
+            writer, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
+            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f")),
+        "  }",
+    ]  # fmt: skip
+    dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
+    helpers = PTX_HELPERS[:4] + WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
+    return kernel_source(renderer, writer, epilogue, name, c.threads, c.blocks_per_sm, c.shared_bytes, helpers, body)
