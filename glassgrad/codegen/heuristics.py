@@ -140,8 +140,11 @@ def _window_pairs(ast: UOp, accesses: list[Access]) -> list[tuple[int, int]]:
     shape = ast.src[0].src[1].arg.shape
     loop = {r: len(shape) + i for i, r in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
     loads = [acc for acc in accesses if not acc.is_store]
-    return [(a, r) for a in reversed(range(len(shape))) if shape[a] > 1 for r in reduce.arg[1]
-            if any((s := acc.steps.get(a)) not in (0, None) and acc.steps.get(loop[r]) == s for acc in loads)]  # fmt: skip
+
+    def alike(a: int, r: int) -> bool:
+        return any((s := acc.steps.get(a)) not in (0, None) and acc.steps.get(loop[r]) == s for acc in loads)
+
+    return [(a, r) for a in reversed(range(len(shape))) if shape[a] > 1 for r in reduce.arg[1] if alike(a, r)]
 
 
 def _window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
