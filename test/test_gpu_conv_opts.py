@@ -28,7 +28,7 @@ def conv_item(batch: int, cin: int, cout: int, size: tuple[int, int], k: int, pa
     x = rng.standard_normal((batch, cin, *size)).astype(np.float32)
     w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
     with Context(NOOPT=1):
-        *before, item = Tensor(x).conv2d(Tensor(w), padding=padding).schedule()
+        *before, item = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=padding).schedule()
     from glassgrad.engine.realize import run_schedule
 
     run_schedule(before)
@@ -65,9 +65,9 @@ def test_a_convolution_blocks_rows_with_its_kernel_rows_unrolled_and_keeps_its_c
 
 
 def test_a_weight_gradient_blocks_its_whole_window_across_threads_that_share_the_sum():
-    x = Tensor(rng.standard_normal((16, 32, 20, 20)).astype(np.float32))
-    g = Tensor(rng.standard_normal((16, 32, 16, 16)).astype(np.float32))
-    w = Tensor.zeros(32, 32, 5, 5, requires_grad=True)  # outputs enough for blocks of 25 and more
+    x = Tensor(rng.standard_normal((16, 32, 20, 20)).astype(np.float32), device="CPU")
+    g = Tensor(rng.standard_normal((16, 32, 16, 16)).astype(np.float32), device="CPU")
+    w = Tensor.zeros(32, 32, 5, 5, requires_grad=True, device="CPU")  # outputs enough for blocks of 25 and more
     with Context(NOOPT=1):
         (x.conv2d(w) * g).sum().backward()
         items = [i for i in w.grad.schedule() if i.ast.op is Ops.SINK and main_reduce(i.ast) is not None]
@@ -77,8 +77,8 @@ def test_a_weight_gradient_blocks_its_whole_window_across_threads_that_share_the
 
 
 def test_other_kernels_keep_the_plain_register_block():
-    a = Tensor(rng.standard_normal((64, 96)).astype(np.float32))
-    b = Tensor(rng.standard_normal((96, 80)).astype(np.float32))
+    a = Tensor(rng.standard_normal((64, 96)).astype(np.float32), device="CPU")
+    b = Tensor(rng.standard_normal((96, 80)).astype(np.float32), device="CPU")
     ast = (a @ b).schedule()[-1].ast
     assert not any(o.op == "UNROLL" and o.amount == 96 for o in gpu_opts(ast))
     from glassgrad.codegen.heuristics import _window_opts
