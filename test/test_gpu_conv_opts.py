@@ -112,3 +112,41 @@ def test_convolution_forward_and_gradients_on_the_gpu_match_torch(batch, cin, co
     np.testing.assert_allclose(out.numpy(), rout.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(tw.grad.numpy(), rw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def _two_convolutions(size: int, device: str = "CPU"):
+    x = rng.standard_normal((4, 1, size, size)).astype(np.float32)
+    w1, b1 = rng.standard_normal((8, 1, 5, 5)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    w2 = rng.standard_normal((8, 8, 5, 5)).astype(np.float32)
+    tw1, tb1, tw2 = (Tensor(a, requires_grad=True, device=device) for a in (w1, b1, w2))
+    Tensor(x, device=device).conv2d(tw1, tb1).relu().conv2d(tw2).relu().sum().backward()
+    rw1, rb1, rw2 = (torch.tensor(a, requires_grad=True) for a in (w1, b1, w2))
+    first = torch.nn.functional.conv2d(torch.from_numpy(x), rw1, rb1).relu()
+    torch.nn.functional.conv2d(first, rw2).relu().sum().backward()
+    return (tw1.grad, tb1.grad, tw2.grad), (rw1.grad, rb1.grad, rw2.grad)
+
+
+def test_on_a_gpu_a_convolution_reads_the_previous_bias_and_relu_from_a_buffer(monkeypatch):
+    import glassgrad.schedule.split_reduce as split_reduce
+
+    def kernels(grads) -> list[str]:
+        with Context(NOOPT=1):
+            items = grads[0].schedule(*grads[1:])
+        return [i for i in items if i.ast.op is Ops.SINK]
+
+    cpu = kernels(_two_convolutions(17)[0])  # (another size: the scheduler remembers graphs of one shape)
+    monkeypatch.setattr(split_reduce, "_has_blocks", lambda device: True)  # the scheduler's view of a GPU
+    got, expected = _two_convolutions(16)
+    gpu = kernels(got)
+    elementwise = [i for i in gpu if main_reduce(i.ast) is None]
+    assert len(gpu) > len(cpu) and len(elementwise) > len([i for i in cpu if main_reduce(i.ast) is None])
+    Tensor.realize(*got)
+    for item, want in zip(got, expected):
+        np.testing.assert_allclose(item.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@needs_gpu
+def test_two_convolutions_with_bias_and_relu_train_on_the_gpu_as_in_torch():
+    got, expected = _two_convolutions(20, "CUDA")
+    for item, want in zip(got, expected):
+        np.testing.assert_allclose(item.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
