@@ -11,7 +11,7 @@ import torch
 
 from glassgrad import Context, Tensor
 from glassgrad.codegen import get_program
-from glassgrad.codegen.heuristics import WINDOW_ACCUMULATORS, _accesses, hand_coded_opts
+from glassgrad.codegen.heuristics import GROUPED_ROWS, WINDOW_ACCUMULATORS, _accesses, hand_coded_opts
 from glassgrad.codegen.opt import main_reduce
 from glassgrad.helpers import prod
 from glassgrad.renderer.cuda import CUDARenderer
@@ -74,6 +74,9 @@ def test_a_weight_gradient_blocks_its_whole_window_across_threads_that_share_the
     opts = gpu_opts(items[-1].ast)
     assert [o.amount for o in opts if o.op == "UPCAST"][:2] == [5, 5], opts  # kx and ky whole
     assert any(o.op == "GROUP" for o in opts), opts
+    reduce = main_reduce(items[-1].ast)
+    rows = [o for o in opts if o.op == "UNROLL"]  # the summed rows y, paired with ky: a few a thread
+    assert [(reduce.src[0].shape[o.axis], o.amount) for o in rows] == ([(16, GROUPED_ROWS)] if GROUPED_ROWS > 1 else [])
 
 
 def test_other_kernels_keep_the_plain_register_block():

@@ -30,6 +30,7 @@ WINDOW_ACCUMULATORS = 64  # outputs a thread's block holds at most (the rest of 
 MAX_WINDOW_LANES = 8  # output rows (say) a thread's block takes along the window's axis at most
 GROUPED_ACCUMULATORS = 128  # a grouped kernel's block over the window axes and one more: few outputs, long sums
 MIN_GROUPED_BLOCKS = 256  # a grouped kernel with a block of window axes keeps it down to this many blocks
+GROUPED_ROWS = 2  # summed rows a thread of such a kernel takes at once (they share input rows)
 FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
 
@@ -204,6 +205,13 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
              and any(acc.steps.get(a, 0) == 0 for acc in moving)]  # fmt: skip
     if reuse and (amount := _upcast_amount(shape[reuse[0]], min(4, GROUPED_ACCUMULATORS // lanes))) > 1:
         opts.append(Opt("UPCAST", reuse[0], amount))
+    # the summed axis that pairs with the window's rows (y with ky), unrolled: a thread's neighbouring rows y, y + 1
+    # share input rows, k + 1 rows loaded for 2k row products (the threads split what is left of the loop)
+    full, loop = main_reduce(ast).src[0].shape, {r: len(shape) + i for i, r in enumerate(main_reduce(ast).arg[1])}
+    rows = [r for a, r in _window_pairs(ast, accesses) if a in window and full[r] % GROUPED_ROWS == 0
+            and full[r] // GROUPED_ROWS >= 2 and all(acc.steps.get(loop[r], 0) != 1 for acc in moving)]  # fmt: skip
+    if GROUPED_ROWS > 1 and rows:
+        opts.append(Opt("UNROLL", rows[0], GROUPED_ROWS))
     return opts
 
 
