@@ -148,7 +148,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
         return ProgramSpec(name, tc.src, tc.program, tc.global_size, tc.ops, tc.mem, opts, tc.local_size,
                            kernel_name(ast, opts, color=True))  # fmt: skip
     sink = full_rewrite_to_sink(ast, renderer, opts)  # checks the opts first: a bad one is named before naming
-    program = linearize(sink)
+    program = linearize(sink, renderer.chain_sums)
     name = kernel_name(ast, opts)
     ops, mem = count_ops_and_mem(program)
     outer = outer_output_loop(program, sink.arg or 0)

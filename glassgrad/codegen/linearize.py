@@ -21,7 +21,8 @@ def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 class Linearizer:
     """Emits each node once, after its sources, inside exactly the loops it depends on."""
 
-    def __init__(self, sink: UOp):
+    def __init__(self, sink: UOp, chain_sums: bool = False):
+        self.chain_sums = chain_sums
         self.deps = range_deps(sink)
         # (a REDUCE over a GROUP's thread variables combines the threads' partial results: the renderer's job)
         self.reduces = [node for node in sink.toposort() if node.op is Ops.REDUCE and node.src[1].op is Ops.RANGE]
@@ -93,16 +94,33 @@ class Linearizer:
         return self.emitted[node]
 
     def _update(self, member: UOp, acc: UOp) -> UOp:
-        """acc op value; a float sum of products accumulates with MULACC, which a renderer may fuse (as BLAS does)."""
+        """acc op value; a float sum of products accumulates with MULACC, which a renderer may fuse (as BLAS does).
+
+        With `chain_sums`, a float sum's value that is itself a sum (the unrolled terms of its loop, added as a tree)
+        goes into the accumulator term by term: each product is one multiply-add, where the tree took a multiply and
+        an add (a GPU, with many accumulators a thread, has no use for the tree's shorter chain)."""
         value = member.src[0]
-        if member.arg is Ops.ADD and value.op is Ops.MUL and member.dtype.scalar in (dtypes.float32, dtypes.float64):
-            return UOp(Ops.MULACC, member.dtype, (self.emit(value.src[0]), self.emit(value.src[1]), acc))
-        return acc.alu(member.arg, self.emit(value))
+        floats = member.arg is Ops.ADD and member.dtype.scalar in (dtypes.float32, dtypes.float64)
+        terms = _sum_leaves(value) if floats and self.chain_sums else [value]
+        for i, term in enumerate(terms):
+            if i:  # the caller appends the last update
+                self.program.append(acc)
+            if floats and term.op is Ops.MUL:
+                acc = UOp(Ops.MULACC, member.dtype, (self.emit(term.src[0]), self.emit(term.src[1]), acc))
+            else:
+                acc = acc.alu(member.arg, self.emit(term))
+        return acc
 
 
-def linearize(sink: UOp) -> list[UOp]:
-    """The program for a lowered SINK: buffer definitions, then the output loops around the stores."""
-    lin = Linearizer(sink)
+def _sum_leaves(value: UOp) -> list[UOp]:
+    """The terms of a tree of ADDs, left to right."""
+    return [t for s in value.src for t in _sum_leaves(s)] if value.op is Ops.ADD else [value]
+
+
+def linearize(sink: UOp, chain_sums: bool = False) -> list[UOp]:
+    """The program for a lowered SINK: buffer definitions, then the output loops around the stores (`chain_sums`: see
+    Linearizer._update)."""
+    lin = Linearizer(sink, chain_sums)
     # every buffer argument, in argument order: the caller passes buffers by position
     for node in sorted((n for n in sink.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg):
         lin.emit(node)

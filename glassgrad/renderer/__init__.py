@@ -16,6 +16,7 @@ class Renderer:
     dialect: PatternMatcher | None = None  # rewrites applied to a kernel before it is linearized
     vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)
     has_local: bool = False  # it renders blocks of threads that share memory (a GPU): the LOCAL and GROUP actions
+    chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes

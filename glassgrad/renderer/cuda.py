@@ -110,6 +110,10 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     split_outer_loop = True
     has_local = True  # blocks of threads: the LOCAL and GROUP actions
+    # sums of products accumulate with fused multiply-adds (one instruction, one rounding, as cuBLAS does; the compiler
+    # itself fuses nothing, --fmad=false), the unrolled terms of a sum one after another into the accumulator
+    fuse_mulacc = True
+    chain_sums = True
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
     tile_configs = TILE_CONFIGS  # tensor-core matrix products (renderer/cuda_tc.py); the device clears it before sm_80
@@ -141,6 +145,11 @@ class CUDARenderer(CStyleRenderer):
                 return f"gg_d2h({x})"  # one rounding, not two through float32
             return f"gg_f2h({'gg_bf2f' if src == dtypes.bfloat16 else '(float)'}({x}))"
         return super().render_cast(x, src, dst)
+
+    def render_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
+        if op is Ops.MULACC and dtype in (dtypes.float32, dtypes.float64):  # NVRTC has no __builtin_fma
+            return f"__fma{'f' if dtype == dtypes.float32 else ''}_rn({', '.join(args)})"
+        return super().render_alu(op, dtype, args, src)
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"gg_bitcast<{self.type_name(dst)}>({x})"
