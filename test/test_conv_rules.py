@@ -110,11 +110,27 @@ def test_a_padded_convolution_is_three_kernels_and_its_lanes_are_the_output_chan
     items = out.schedule()
     assert len(items) == 3
     opts = hand_coded_opts(items[-1].ast, Device["CPU"].renderer.vector_lanes)
-    # (N, groups, C_out, H, W): 16 output channels a vector, a block of 4 columns x 2 vectors, the window not
-    # unrolled (its terms would be added as a tree, not multiply-added into the accumulators)
-    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 4, 4), Opt("UPCAST", 2, 2)]
+    # (N, groups, C_out, H, W): 16 output channels a vector, a block of 12 columns x 2 vectors (24 accumulators, 2
+    # registers for the weight's vectors), the window not unrolled (its terms would be added as a tree, not
+    # multiply-added into the accumulators)
+    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 4, 12), Opt("UPCAST", 2, 2)]
     GlobalCounters.reset()
     expected = F.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()), padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "width, c_out, block",
+    [(28, 64, (7, 4)), (12, 32, (12, 2)), (28, 16, (28, 1)), (14, 128, (7, 4)), (20, 64, (5, 4)), (9, 48, (9, 3))],
+)
+def test_the_register_block_across_output_channels_fills_the_registers(width, c_out, block):
+    """a columns x b vectors of 16 channels: the most accumulators a*b with b registers left for the weight's vectors
+    (32 in all), the fewest loads a step among blocks as large; then the convolution still matches PyTorch."""
+    a, b = rand(2, 8, 5, width), rand(c_out, 8, 3, 3)
+    out = Tensor(a).realize().conv2d(Tensor(b).realize(), padding=1)
+    opts = hand_coded_opts(out.schedule()[-1].ast, Device["CPU"].renderer.vector_lanes)
+    assert opts == [Opt("UPCAST", 2, 16)] + [Opt("UPCAST", ax, n) for ax, n in zip((4, 2), block) if n > 1]
+    expected = F.conv2d(torch.tensor(a), torch.tensor(b), padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 

@@ -14,6 +14,7 @@ MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hid
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
 MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take fewer registers: more accumulators
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
+VECTOR_REGISTERS = 32  # AVX-512's register file: a block's accumulators and the vectors each step loads share it
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 LONG_REDUCE = 64  # a reduction this long amortizes an output's lane-by-lane stores
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
@@ -150,6 +151,9 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     # output axes, innermost first, along which some load is constant; prefer one that helps a load not yet reused
     candidates = [a for a in reversed(range(len(shape))) if shape[a] > 1]
     upcasts = 0
+    if across and (block := _across_block(shape, inner, vector.axis, loads)):
+        opts += block
+        lanes, upcasts = prod(o.amount for o in block), 2  # the block is the register block: no other upcast
     while upcasts < 2 and candidates:
         usable = [(a, {i for i, acc in enumerate(loads) if acc.steps.get(a, 0) == 0}) for a in candidates]
         usable = [(a, h) for a, h in usable if h and _upcast_amount(shape[a], budget // lanes) > 1]
@@ -184,6 +188,24 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
         if amount > 1:
             opts.append(Opt("UNROLL", inner, amount))
     return opts
+
+
+def _across_block(shape: list[int], inner: int, axis: int, loads: list[Access]) -> list[Opt]:
+    """With vector lanes across an outer output axis (a convolution's output channels), a register block of `a`
+    outputs along the innermost axis by `b` vectors along the lanes' axis, where some load stays put along each (the
+    weight along the width, the input along the channels): a*b accumulators, each step one multiply-add into each
+    from a scalar broadcast and b vector loads. The most accumulators that leave b registers for the loaded vectors
+    (VECTOR_REGISTERS in all: 7 x 4 for a width of 28 and 64 channels); among blocks as large, the fewest loads a step.
+    Empty where no load stays put along one of the two axes."""
+    if not all(any(acc.steps.get(a, 0) == 0 for acc in loads) for a in (inner, axis)):
+        return []
+
+    def divisors(n: int) -> list[int]:
+        return [d for d in range(1, n + 1) if n % d == 0]
+
+    fits = [(a, b) for a in divisors(shape[inner]) for b in divisors(shape[axis]) if a * b + b <= VECTOR_REGISTERS]
+    a, b = max(fits, key=lambda ab: (ab[0] * ab[1], -(ab[0] + ab[1])))
+    return [Opt("UPCAST", ax, n) for ax, n in ((inner, a), (axis, b)) if n > 1]
 
 
 def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | None:
