@@ -134,6 +134,39 @@ def test_the_register_block_across_output_channels_fills_the_registers(width, c_
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "shape, pads, lanes",
+    [
+        ((32, 4, 28, 28), ((0, 0), (0, 0), (1, 1), (1, 1)), 30),  # a convolution's padded input: rows of 30
+        ((3, 5, 7), ((0, 0), (2, 1), (1, 2)), 10),
+        ((2, 31), ((0, 0), (1, 0)), 32),
+        ((4, 60), ((0, 0), (1, 1)), 31),  # 62: the largest divisor up to 32 lanes
+        ((2, 36), ((0, 0), (0, 1)), None),  # 37 is prime: no lanes
+        ((1, 1), ((0, 0), (3, 2)), 6),
+    ],
+)
+def test_a_padded_copy_takes_its_innermost_axis_as_scalar_lanes(shape, pads, lanes, monkeypatch):
+    """The padding's guard changes along the innermost axis: that axis becomes scalar lanes on the CPU (each lane's
+    guard simplified on its own), not on a GPU; the copy is exact with one thread and with three."""
+    a = rand(*shape)
+    out = Tensor(a).realize().pad(pads).contiguous()
+    (item,) = out.schedule()
+    vector_lanes = Device["CPU"].renderer.vector_lanes
+    assert hand_coded_opts(item.ast, vector_lanes) == ([Opt("UPCAST", len(shape) - 1, lanes)] if lanes else [])
+    assert hand_coded_opts(item.ast, vector_lanes, has_local=True) == []
+    for threads in (1, 3):
+        got = run_with_threads(lambda: Tensor(a).realize().pad(pads).contiguous().numpy(), threads, monkeypatch)
+        np.testing.assert_array_equal(got, np.pad(a, pads))
+
+
+def test_a_concatenation_along_the_innermost_axis_stays_exact_with_guarded_lanes():
+    a, b = rand(3, 7, 13), rand(3, 7, 22)
+    out = Tensor(a).realize().cat(Tensor(b).realize(), dim=-1)
+    (item,) = out.schedule()
+    assert hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes) == [Opt("UPCAST", 2, 7)]  # 35 = 5 * 7
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([a, b], axis=-1))
+
+
 GEOMETRIES = {
     "odd_sizes_padding_1": ((3, 5, 11, 7), (6, 5, 3, 3), dict(padding=1)),
     "padding_0": ((2, 3, 10, 10), (16, 3, 3, 3), dict()),

