@@ -124,9 +124,9 @@ def test_a_padded_convolution_is_three_kernels_and_its_lanes_are_the_output_chan
     [(28, 64, (14, 2)), (12, 32, (12, 2)), (28, 16, (28, 1)), (14, 128, (14, 2)), (20, 64, (10, 2)), (9, 48, (9, 3))],
 )
 def test_the_register_block_across_output_channels_fills_the_registers(width, c_out, block):
-    """a columns x b vectors of 16 channels: the most accumulators a*b with b registers left for the weight's vectors
-    (32 in all), then no more loads a step than multiply-adds, then the widest; the convolution still matches
-    PyTorch."""
+    """a columns x b vectors of 16 channels with b registers left for the weight's vectors (32 in all): no more loads
+    a step than multiply-adds where any block has that (not with one vector of channels), then the most accumulators
+    a*b, then the widest; the convolution still matches PyTorch."""
     a, b = rand(2, 8, 5, width), rand(c_out, 8, 3, 3)
     out = Tensor(a).realize().conv2d(Tensor(b).realize(), padding=1)
     opts = hand_coded_opts(out.schedule()[-1].ast, Device["CPU"].renderer.vector_lanes)

@@ -212,12 +212,12 @@ def _across_block(shape: list[int], inner: int, axis: int, loads: list[Access]) 
     """With vector lanes across an outer output axis (a convolution's output channels), a register block of `a`
     outputs along the innermost axis by `b` vectors along the lanes' axis, where some load stays put along each (the
     weight along the width, the input along the channels): a*b accumulators, each step one multiply-add into each
-    from a scalar broadcast and b vector loads. The most accumulators that leave b registers for the loaded vectors
-    (VECTOR_REGISTERS in all); among blocks as large, one whose a + b loads a step are no more than its multiply-adds
-    (two of each a cycle, on ports of their own), and of those the widest: a block's lanes store one by one, and
-    fewer vectors of channels touch fewer output planes and write longer runs of each row (14 x 2 ran 5-10% faster
-    than 7 x 4 at widths 14, 28 and 56 with 64 or 128 channels; 28 x 1 does 29 loads a step, slower again).
-    Empty where no load stays put along one of the two axes."""
+    from a scalar broadcast and b vector loads, leaving b registers for the loaded vectors (VECTOR_REGISTERS in all).
+    Blocks whose a + b loads a step are no more than their multiply-adds come first (two of each a cycle, on ports of
+    their own; b = 1 never is: then any), then the most accumulators, then the widest: a block's lanes store one by
+    one, and fewer vectors of channels touch fewer output planes and write longer runs of each row (14 x 2 ran 5-10%
+    faster than 7 x 4 at widths 14, 28 and 56 with 64 or 128 channels; 28 x 1, 29 loads a step, was slower than
+    14 x 2, as 25 x 1 than 10 x 2 in A.T @ B). Empty where no load stays put along one of the two axes."""
     if not all(any(acc.steps.get(a, 0) == 0 for acc in loads) for a in (inner, axis)):
         return []
 
@@ -225,7 +225,7 @@ def _across_block(shape: list[int], inner: int, axis: int, loads: list[Access]) 
         return [d for d in range(1, n + 1) if n % d == 0]
 
     fits = [(a, b) for a in divisors(shape[inner]) for b in divisors(shape[axis]) if a * b + b <= VECTOR_REGISTERS]
-    a, b = max(fits, key=lambda ab: (ab[0] * ab[1], ab[0] + ab[1] <= ab[0] * ab[1], ab[0]))
+    a, b = max(fits, key=lambda ab: (ab[0] + ab[1] <= ab[0] * ab[1], ab[0] * ab[1], ab[0]))
     return [Opt("UPCAST", ax, n) for ax, n in ((inner, a), (axis, b)) if n > 1]
 
 
