@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import ctypes.util
+import functools
 import os
 import shutil
 import subprocess
@@ -82,6 +83,7 @@ def _has_libmvec() -> bool:
 HAS_LIBMVEC = _has_libmvec()
 
 
+@functools.cache
 def _is_gcc(cc: str) -> bool:
     """Whether `cc` is GCC, whatever its name (GCC's --version names the Free Software Foundation, clang's itself)."""
     try:

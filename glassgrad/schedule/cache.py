@@ -2,10 +2,11 @@
 
 Two graphs that differ only in which buffers they read (a training step's graph, step after step) differ only in
 their UNIQUE leaves: every BUFFER, and every CONTIGUOUS that must get its own buffer, hangs on one. Renumbering
-the UNIQUE leaves in the order a walk meets them gives both the same normalized graph, and UOps are interned, so
-that graph is a dictionary key. The cache keeps kernelize's answer for the normalized graph; a hit renames its
-UNIQUE leaves back (the new buffers kernelize made get fresh ones), which touches only the small ASSIGN/KERNEL
-graph of the answer, never the kernel ASTs (those are shared, so compiled programs are found by identity).
+the UNIQUE leaves in the order a walk meets them gives both the same normalized graph; the walk itself, each node
+written as its op, dtype, arg and sources by position (`shape_key`), is the dictionary key, so a hit builds no
+normalized graph. A miss kernelizes the normalized graph and keeps the answer; a hit renames its UNIQUE leaves back
+(the new buffers kernelize made get fresh ones), which touches only the small ASSIGN/KERNEL graph of the answer,
+never the kernel ASTs (those are shared, so compiled programs are found by identity).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def shape_key(order: list[UOp]) -> tuple:
     parts: list = []
     for i, node in enumerate(order):
         position[node] = i
-        parts.append(None if node.op is Ops.UNIQUE else (node._key[0], node._key[1], node._key[3],
+        # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
+        parts.append(None if node.op is Ops.UNIQUE else (node.op, node.dtype, node._key[3],
                                                          tuple([position[s] for s in node.src])))  # fmt: skip
     return tuple(parts)
 
