@@ -140,7 +140,9 @@ def test_the_register_block_across_output_channels_fills_the_registers(width, c_
     [
         ((32, 4, 28, 28), ((0, 0), (0, 0), (1, 1), (1, 1)), 30),  # a convolution's padded input: rows of 30
         ((3, 5, 7), ((0, 0), (2, 1), (1, 2)), 10),
-        ((2, 31), ((0, 0), (1, 0)), 32),
+        ((2, 31), ((0, 0), (1, 0)), None),  # 32: GCC vectorizes the guarded loop itself (a multiple of 8 floats)
+        ((2, 54, 54), ((0, 0), (1, 1), (1, 1)), None),  # 56: the same
+        ((2, 31), ((0, 0), (1, 2)), 17),  # 34 = 2 * 17
         ((4, 60), ((0, 0), (1, 1)), 31),  # 62: the largest divisor up to 32 lanes
         ((2, 36), ((0, 0), (0, 1)), None),  # 37 is prime: no lanes
         ((1, 1), ((0, 0), (3, 2)), 6),
@@ -148,7 +150,8 @@ def test_the_register_block_across_output_channels_fills_the_registers(width, c_
 )
 def test_a_padded_copy_takes_its_innermost_axis_as_scalar_lanes(shape, pads, lanes, monkeypatch):
     """The padding's guard changes along the innermost axis: that axis becomes scalar lanes on the CPU (each lane's
-    guard simplified on its own), not on a GPU; the copy is exact with one thread and with three."""
+    guard simplified on its own) unless GCC vectorizes the row itself, never on a GPU; the copy is exact with one
+    thread and with three."""
     a = rand(*shape)
     out = Tensor(a).realize().pad(pads).contiguous()
     (item,) = out.schedule()
@@ -158,6 +161,17 @@ def test_a_padded_copy_takes_its_innermost_axis_as_scalar_lanes(shape, pads, lan
     for threads in (1, 3):
         got = run_with_threads(lambda: Tensor(a).realize().pad(pads).contiguous().numpy(), threads, monkeypatch)
         np.testing.assert_array_equal(got, np.pad(a, pads))
+
+
+@pytest.mark.parametrize("width, lanes", [(5, 7), (6, None)])  # rows of 7 doubles; 8 doubles make GCC's vectors
+def test_guarded_lanes_count_the_row_in_bytes(width, lanes):
+    a = rand(3, width, dtype=np.float64)
+    out = Tensor(a).realize().pad(((0, 0), (1, 1))).contiguous()
+    (item,) = out.schedule()
+    assert hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes) == (
+        [Opt("UPCAST", 1, lanes)] if lanes else []
+    )
+    np.testing.assert_array_equal(out.numpy(), np.pad(a, ((0, 0), (1, 1))))
 
 
 def test_a_concatenation_along_the_innermost_axis_stays_exact_with_guarded_lanes():
