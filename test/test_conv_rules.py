@@ -110,12 +110,76 @@ def test_a_padded_convolution_is_three_kernels_and_its_lanes_are_the_output_chan
     items = out.schedule()
     assert len(items) == 3
     opts = hand_coded_opts(items[-1].ast, Device["CPU"].renderer.vector_lanes)
-    # (N, groups, C_out, H, W): 16 output channels a vector, a block of 4 columns x 2 vectors, the window not
-    # unrolled (its terms would be added as a tree, not multiply-added into the accumulators)
-    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 4, 4), Opt("UPCAST", 2, 2)]
+    # (N, groups, C_out, H, W): 16 output channels a vector, a block of 12 columns x 2 vectors (24 accumulators, 2
+    # registers for the weight's vectors), the window not unrolled (its terms would be added as a tree, not
+    # multiply-added into the accumulators)
+    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 4, 12), Opt("UPCAST", 2, 2)]
     GlobalCounters.reset()
     expected = F.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()), padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "width, c_out, block",
+    [(28, 64, (14, 2)), (12, 32, (12, 2)), (28, 16, (28, 1)), (14, 128, (14, 2)), (20, 64, (10, 2)), (9, 48, (9, 3))],
+)
+def test_the_register_block_across_output_channels_fills_the_registers(width, c_out, block):
+    """a columns x b vectors of 16 channels with b registers left for the weight's vectors (32 in all): no more loads
+    a step than multiply-adds where any block has that (not with one vector of channels), then the most accumulators
+    a*b, then the widest; the convolution still matches PyTorch."""
+    a, b = rand(2, 8, 5, width), rand(c_out, 8, 3, 3)
+    out = Tensor(a).realize().conv2d(Tensor(b).realize(), padding=1)
+    opts = hand_coded_opts(out.schedule()[-1].ast, Device["CPU"].renderer.vector_lanes)
+    assert opts == [Opt("UPCAST", 2, 16)] + [Opt("UPCAST", ax, n) for ax, n in zip((4, 2), block) if n > 1]
+    expected = F.conv2d(torch.tensor(a), torch.tensor(b), padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape, pads, lanes",
+    [
+        ((32, 4, 28, 28), ((0, 0), (0, 0), (1, 1), (1, 1)), 30),  # a convolution's padded input: rows of 30
+        ((3, 5, 7), ((0, 0), (2, 1), (1, 2)), 10),
+        ((2, 31), ((0, 0), (1, 0)), None),  # 32: GCC vectorizes the guarded loop itself (a multiple of 8 floats)
+        ((2, 54, 54), ((0, 0), (1, 1), (1, 1)), None),  # 56: the same
+        ((2, 31), ((0, 0), (1, 2)), 17),  # 34 = 2 * 17
+        ((4, 60), ((0, 0), (1, 1)), 31),  # 62: the largest divisor up to 32 lanes
+        ((2, 36), ((0, 0), (0, 1)), None),  # 37 is prime: no lanes
+        ((1, 1), ((0, 0), (3, 2)), 6),
+    ],
+)
+def test_a_padded_copy_takes_its_innermost_axis_as_scalar_lanes(shape, pads, lanes, monkeypatch):
+    """The padding's guard changes along the innermost axis: that axis becomes scalar lanes on the CPU (each lane's
+    guard simplified on its own) unless GCC vectorizes the row itself, never on a GPU; the copy is exact with one
+    thread and with three."""
+    a = rand(*shape)
+    out = Tensor(a).realize().pad(pads).contiguous()
+    (item,) = out.schedule()
+    vector_lanes = Device["CPU"].renderer.vector_lanes
+    assert hand_coded_opts(item.ast, vector_lanes) == ([Opt("UPCAST", len(shape) - 1, lanes)] if lanes else [])
+    assert hand_coded_opts(item.ast, vector_lanes, has_local=True) == []
+    for threads in (1, 3):
+        got = run_with_threads(lambda: Tensor(a).realize().pad(pads).contiguous().numpy(), threads, monkeypatch)
+        np.testing.assert_array_equal(got, np.pad(a, pads))
+
+
+@pytest.mark.parametrize("width, lanes", [(5, 7), (6, None)])  # rows of 7 doubles; 8 doubles make GCC's vectors
+def test_guarded_lanes_count_the_row_in_bytes(width, lanes):
+    a = rand(3, width, dtype=np.float64)
+    out = Tensor(a).realize().pad(((0, 0), (1, 1))).contiguous()
+    (item,) = out.schedule()
+    assert hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes) == (
+        [Opt("UPCAST", 1, lanes)] if lanes else []
+    )
+    np.testing.assert_array_equal(out.numpy(), np.pad(a, ((0, 0), (1, 1))))
+
+
+def test_a_concatenation_along_the_innermost_axis_stays_exact_with_guarded_lanes():
+    a, b = rand(3, 7, 13), rand(3, 7, 22)
+    out = Tensor(a).realize().cat(Tensor(b).realize(), dim=-1)
+    (item,) = out.schedule()
+    assert hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes) == [Opt("UPCAST", 2, 7)]  # 35 = 5 * 7
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([a, b], axis=-1))
 
 
 GEOMETRIES = {

@@ -23,6 +23,20 @@ def test_graphs_that_differ_only_in_buffers_normalize_alike():
     assert cache.normalize((a * b).uop)[0][(a * b).uop] is not one[graph(a, b)]
 
 
+def test_shape_keys_tell_graphs_apart_as_normalize_does():
+    """Equal keys where only the buffers differ; another key where one buffer is read twice, or an op differs."""
+    rng = np.random.default_rng(3)
+    a, b, c = (Tensor(rng.standard_normal((4, 3)).astype(np.float32)).realize() for _ in range(3))
+
+    def key(root: UOp) -> tuple:
+        return cache.shape_key(root.toposort())
+
+    assert key(graph(a, b)) == key(graph(a, c)) == key(graph(c, b))
+    assert key(graph(a, a)) != key(graph(a, b))
+    assert key((a * b).uop) != key((a + b).uop) and key((a * 2).uop) != key((a * 3).uop)
+    assert key(a.uop.cast(dtypes.float16)) != key(b.uop.cast(dtypes.bfloat16))
+
+
 def test_a_hit_names_the_callers_buffers_and_makes_new_ones():
     rng = np.random.default_rng(1)
     a, b, c = (Tensor(rng.standard_normal((5, 5)).astype(np.float32)).realize() for _ in range(3))
@@ -67,4 +81,5 @@ def test_the_cache_is_bounded():
     for n in range(cache.CACHE_SIZE + 5):
         (Tensor.ones(n + 1).contiguous() * 2).realize()
     assert len(cache._cache) <= cache.CACHE_SIZE
-    assert all(key.op is Ops.SINK and key.dtype == dtypes.void and noopt in (0, 1) for key, noopt in cache._cache)
+    # each key: the graph's walk, its last node the SINK over the roots, and NOOPT
+    assert all(shape[-1][:2] == (Ops.SINK, dtypes.void) and noopt in (0, 1) for shape, noopt in cache._cache)
