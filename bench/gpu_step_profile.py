@@ -1,7 +1,8 @@
 """Where one beautiful_mnist training step's time goes on the GPU: the host's work, the CUDA graph, each kernel.
 
 A tool for tuning glassgrad's GPU path, not a comparison with other frameworks:
-    CUDA=1 python bench/gpu_step_profile.py   (STEPS=30 replays; OUT=dir also writes the kernel list to dir/kernels.txt)
+    CUDA=1 python bench/gpu_step_profile.py   (STEPS=30 replays; OUT=dir also writes the kernel list to dir/kernels.txt;
+                                               PROFILE=1 adds Python's profile of the host's work)
 It runs bench/mnist.py's glassgrad step under TinyJit and splits each replayed step (as bench/mnist.py times it, from
 handing over the batch indices to the loss as a float) into: copying the indices in, the replay's Python up to the
 graph's launch, and waiting for the GPU and the loss. Then it times the graph alone on the GPU (CUDA events) and each
@@ -85,6 +86,14 @@ def main() -> None:
             phases[name].append(seconds)
     for name, values in phases.items():
         print(f"{name:<16} median {statistics.median(values) * 1e3:7.3f} ms")
+    if getenv("PROFILE", 0):  # the host's share: Python's profile of 20 steps, by time spent in each function
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as profile:
+            for indices in batches[3:23]:
+                train_step(Tensor(indices).realize()).item()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
     samples = Tensor(batches[0]).realize()
     train_step(samples).item()
     bufs = [list(item.bufs) for item in train_step.items]

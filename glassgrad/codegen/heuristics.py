@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
@@ -43,6 +43,23 @@ class Access:
 
     steps: dict[int, int | None]
     is_store: bool
+    spread: dict[int, float] = field(default_factory=dict)  # elements the address moves per iteration, on average
+
+
+def _mean_step(index: UOp, r: UOp) -> float:
+    """How far `index` moves per iteration of loop `r` on average, where steps give up (None): through integer
+    divisions and remainders by constants (a pooling window's x // 2 moves half an element); FAR for an index read
+    from memory or built otherwise."""
+    if index is r:
+        return 1.0
+    if index.op in (Ops.CONST, Ops.RANGE) or r not in index.toposort():
+        return 0.0
+    if index.op is Ops.ADD:
+        return sum(_mean_step(x, r) for x in index.src)
+    if index.op in (Ops.MUL, Ops.IDIV, Ops.MOD) and index.src[1].op is Ops.CONST and index.src[1].arg:
+        inner, c = _mean_step(index.src[0], r), abs(index.src[1].arg)
+        return inner * c if index.op is Ops.MUL else inner / c if index.op is Ops.IDIV else min(inner, c)
+    return float(FAR)
 
 
 def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
@@ -65,7 +82,9 @@ def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
             direct = [f for base, f in terms if base is r]
             nested = any(base is not None and base is not r and r in base.toposort() for base, _ in terms)
             steps[r.arg] = None if nested or r in guarded or len(direct) != 1 else direct[0]
-        found.append(Access(steps, node.op is Ops.STORE))
+        spread = {u.arg: float(abs(steps[u.arg])) if steps[u.arg] is not None else _mean_step(index.src[1], u)
+                  for u in ranges}  # fmt: skip
+        found.append(Access(steps, node.op is Ops.STORE, spread))
     return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
@@ -119,6 +138,8 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     opts = _register_opts(ast, vector_lanes, accesses)
     if has_local and (window := _window_opts(ast, accesses)) is not None:
         opts = window
+    elif has_local:
+        opts = _threads_keep_their_row(ast, opts, accesses)
     if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
@@ -138,6 +159,20 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         if blocks >= least or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
             return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
         opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
+
+
+def _threads_keep_their_row(ast: UOp, opts: list[Opt], accesses: list[Access]) -> list[Opt]:
+    """`opts` less the scalar UPCAST of the output axis the store steps along by one, where the whole reduction is
+    unrolled (a pooling window: no loop left, so the upcast shares no loaded row, only values the cache holds
+    anyway): that axis stays with the threads, whose loads and stores then stay coalesced. (H100, MNIST's 2x2 max
+    pool after a bias, ReLU and batch norm: 2x2 outputs a thread put neighbouring threads 4 floats apart.)"""
+    reduce, shape = main_reduce(ast), ast.src[0].src[1].arg.shape
+    unrolled = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    if reduce is None or any(unrolled.get(a) != reduce.src[0].shape[a] for a in reduce.arg[1]):
+        return opts
+    store = next(acc for acc in accesses if acc.is_store)
+    row = [a for a in range(len(shape)) if shape[a] > 1 and store.steps.get(a) == 1]
+    return [o for o in opts if not (o.op == "UPCAST" and o.axis in row)]
 
 
 def _window_pairs(ast: UOp, accesses: list[Access]) -> list[tuple[int, int]]:
@@ -342,8 +377,8 @@ def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live:
         return [], []
     loads = [acc for acc in accesses if not acc.is_store]
 
-    def spread(loop: int) -> int:
-        return sum(FAR if (s := acc.steps.get(loop, 0)) is None else abs(s) for acc in loads)
+    def spread(loop: int) -> float:  # a pooling window's x // 2 moves by half an element: near, not FAR
+        return sum(acc.spread.get(loop, 0.0) for acc in loads)
 
     def coalesced(loop: int, store: bool = False) -> bool:  # every access steps by at most one element, some by one
         moving = [acc.steps.get(loop, 0) for acc in accesses if store or not acc.is_store]
