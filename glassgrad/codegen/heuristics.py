@@ -29,8 +29,9 @@ WARP = 32  # threads that load together
 WINDOW_ACCUMULATORS = 64  # outputs a thread's block holds at most (the rest of its registers hold its loads)
 MAX_WINDOW_LANES = 8  # output rows (say) a thread's block takes along the window's axis at most
 GROUPED_ACCUMULATORS = 128  # a grouped kernel's block over the window axes and one more: few outputs, long sums
-MIN_GROUPED_BLOCKS = 256  # a grouped kernel with a block of window axes keeps it down to this many blocks
-GROUPED_LANES = 64  # scalar outputs a thread of another grouped convolution kernel computes at most
+MIN_GROUPED_BLOCKS = 128  # a grouped kernel with a block of window axes keeps it down to this many blocks
+GROUPED_LANES = 128  # scalar outputs a thread of another grouped convolution kernel computes at most
+GROUPED_REUSE = 8  # output channels (say) a grouped window block takes at most, beside its window
 GROUPED_ROWS = 2  # summed rows a thread of such a kernel takes at once (they share input rows)
 FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
@@ -121,9 +122,10 @@ def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...]
     return Opt("UPCAST", best[1], best[0]) if best[0] > 1 else None
 
 
-def _upcast_amount(size: int, room: int) -> int:
-    """The most lanes (8, 4 or 2, or the whole axis when it is short) that divide `size` and fit in `room`."""
-    choices = ([size] if size <= 8 else []) + [8, 4, 2]
+def _upcast_amount(size: int, room: int, widest: int = 8) -> int:
+    """The most lanes (8, 4 or 2, or the whole axis when it is short; 16 too where `widest` allows) that divide `size`
+    and fit in `room`."""
+    choices = ([size] if size <= 8 else []) + [n for n in (16, 8) if n <= widest] + [4, 2]
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
@@ -144,12 +146,12 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
     # a convolution's grouped kernel (a weight gradient) takes a larger block: GROUPED_LANES, down to MIN_GROUPED_BLOCKS
-    # blocks (H100, MNIST's first weight gradient, a 5x5 window over a batch-innermost input: kx by 5 and 8 output
-    # channels, 320 blocks, 171 us, against 4 channels' 262)
+    # blocks (H100, MNIST's first weight gradient, a 5x5 window over a batch-innermost input: kx by 5 and 16 output
+    # channels, 160 blocks, 145 us, against 8 channels' 169 and 4 channels' 262)
     conv = bool(_window_pairs(ast, accesses))
     budget = GROUPED_LANES if conv else MAX_LANES
     opts = _grouped_window_opts(ast, accesses) or _register_opts(
-        ast, vector_lanes, accesses, plain_unroll=False, lanes_budget=budget
+        ast, vector_lanes, accesses, plain_unroll=False, lanes_budget=budget, widest=16 if conv else 8
     )
     least = MIN_GROUPED_BLOCKS if conv else MIN_BLOCKS
     shape = ast.src[0].src[1].arg.shape
@@ -246,7 +248,7 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
     lanes = prod(shape[a] for a in window)
     reuse = [a for a in reversed(range(len(shape))) if a not in window and shape[a] > 1
              and any(acc.steps.get(a, 0) == 0 for acc in moving)]  # fmt: skip
-    if reuse and (amount := _upcast_amount(shape[reuse[0]], min(4, GROUPED_ACCUMULATORS // lanes))) > 1:
+    if reuse and (amount := _upcast_amount(shape[reuse[0]], min(GROUPED_REUSE, GROUPED_ACCUMULATORS // lanes))) > 1:
         opts.append(Opt("UPCAST", reuse[0], amount))
     # the summed axis that pairs with the window's rows (y with ky), unrolled: a thread's neighbouring rows y, y + 1
     # share input rows, k + 1 rows loaded for 2k row products (the threads split what is left of the loop)
@@ -259,9 +261,9 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
 
 
 def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], plain_unroll: bool = True,
-                   lanes_budget: int = MAX_LANES) -> list[Opt]:  # fmt: skip
-    """hand_coded_opts' choice within one thread: vector lanes, register blocks (up to `lanes_budget` scalar outputs),
-    unrolls (with `plain_unroll`, of a plain reduction's innermost axis too)."""
+                   lanes_budget: int = MAX_LANES, widest: int = 8) -> list[Opt]:  # fmt: skip
+    """hand_coded_opts' choice within one thread: vector lanes, register blocks (up to `lanes_budget` scalar outputs,
+    `widest` along one axis), unrolls (with `plain_unroll`, of a plain reduction's innermost axis too)."""
     opts: list[Opt] = []
     if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
         opts.append(vector)
@@ -294,7 +296,7 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
         # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers (with
         # lanes across an outer axis, the output channels, as many vectors as the block over the inner axis leaves)
         room = 2 if vector is not None and axis == vector.axis and not across else budget // lanes
-        amount = _upcast_amount(shape[axis], min(room, budget // lanes))
+        amount = _upcast_amount(shape[axis], min(room, budget // lanes), widest)
         if amount <= 1:
             candidates.remove(axis)
             continue
