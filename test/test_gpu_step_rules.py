@@ -88,6 +88,8 @@ def test_a_3x3_weight_gradient_blocks_up_to_grouped_reuse_output_channels():
         items = [i for i in w.grad.schedule() if i.ast.op is Ops.SINK and main_reduce(i.ast) is not None]
     opts = gpu_opts(items[-1].ast)
     assert [o.amount for o in opts if o.op == "UPCAST"] == [3, 3, GROUPED_REUSE], opts  # kx, ky, output channels
+    # 6 summed rows: 2 a thread would leave the threads 3 to share; none unrolled (8 rows: 2 a thread, 4 shared)
+    assert not any(o.op == "UNROLL" for o in opts), opts
 
 
 def test_upcast_amounts_take_16_lanes_only_where_asked():
