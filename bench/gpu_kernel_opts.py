@@ -3,6 +3,7 @@
 A tool for tuning the GPU heuristics (codegen/heuristics.py), not a comparison with other frameworks:
     CUDA=1 python bench/gpu_kernel_opts.py                (TOP=8 kernels, VARIANTS=150 opt choices each)
     CUDA=1 ASTS=asts.pkl python bench/gpu_kernel_opts.py  (the kernels of an earlier run, without training steps)
+    CUDA=1 GROUPED=1 python bench/gpu_kernel_opts.py      (only kernels whose threads share sums; GROUPs refitted too)
 It runs 3 training steps (no TinyJit), records every kernel's AST (pickled to $OUT/asts.pkl where OUT is set), times
 each kernel under the heuristics, then for the TOP slowest times VARIANTS other opt choices (upcasts of up to three
 output axes, unrolls of short reduced axes, the heuristics' LOCAL and GROUP kept or dropped), compiled in parallel.
@@ -25,6 +26,7 @@ from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce  # noqa: E402
 from glassgrad.uop.ops import Ops, UOp  # noqa: E402
 
 TOP, VARIANTS, RUNS = getenv("TOP", 8), getenv("VARIANTS", 150), 7
+GROUPED = getenv("GROUPED", 0)  # only kernels whose threads share sums (GROUP), with GROUPs fitted to each choice too
 AMOUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 
 
@@ -72,10 +74,10 @@ def variants(ast: UOp, base: tuple[Opt, ...], count: int, seed: int = 0) -> list
                 if 8 <= lanes <= 128:
                     upcasts.append(tuple(Opt("UPCAST", a, x) for a, x in zip(combo, amounts)))
     threads = [o for o in base if o.op in THREAD_OPS]
-    families = [tuple(threads)] + ([()] if threads else [])
+    families = [tuple(threads)] + ([()] if threads else []) + ([None] if GROUPED and threads else [])
     found = set()
     for t, u, r in itertools.product(families, upcasts, unrolls):
-        opts = t + u + r
+        opts = (t if t is not None else _blocks_for(ast, u + r)) + u + r
         lanes = 1
         for o in u + r:
             lanes *= o.amount
@@ -84,6 +86,15 @@ def variants(ast: UOp, base: tuple[Opt, ...], count: int, seed: int = 0) -> list
     ordered = sorted(found, key=repr)
     random.Random(seed).shuffle(ordered)
     return ordered[:count]
+
+
+def _blocks_for(ast: UOp, opts: tuple[Opt, ...]) -> tuple[Opt, ...]:
+    """The heuristics' LOCALs and GROUPs (codegen/heuristics.py's _block) for a choice of upcasts and unrolls."""
+    from glassgrad.codegen.heuristics import _accesses, _block
+
+    accesses, live = _accesses(ast)
+    local, groups = _block(ast, main_reduce(ast), list(opts), accesses, live)
+    return tuple(local + groups)
 
 
 def _compile(job: tuple[UOp, tuple[Opt, ...], str, bool]):
@@ -180,7 +191,8 @@ def main() -> None:
     sys.stdout.flush()
     log = open(os.path.join(out, "variants.txt"), "w") if out else sys.stdout
     summary = []
-    for ast, r in rows[:TOP]:
+    searched = [(ast, r) for ast, r in rows if not GROUPED or any(o.op == "GROUP" for o in base[ast])]
+    for ast, r in searched[:TOP]:
         name, base_seconds, ops = r[True]
         jobs = [(ast, opts, arch, True) for opts in variants(ast, base[ast], VARIANTS)]
         results = pool.map(_compile, jobs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
@@ -32,9 +32,11 @@ WARP = 32  # threads that load together
 WINDOW_ACCUMULATORS = 64  # outputs a thread's block holds at most (the rest of its registers hold its loads)
 MAX_WINDOW_LANES = 8  # output rows (say) a thread's block takes along the window's axis at most
 GROUPED_ACCUMULATORS = 128  # a grouped kernel's block over the window axes and one more: few outputs, long sums
-MIN_GROUPED_BLOCKS = 256  # a grouped kernel with a block of window axes keeps it down to this many blocks
-GROUPED_LANES = 64  # scalar outputs a thread of another grouped convolution kernel computes at most
-GROUPED_ROWS = 2  # summed rows a thread of such a kernel takes at once (they share input rows)
+MIN_GROUPED_BLOCKS = 128  # a grouped kernel with a block of window axes keeps it down to this many blocks
+GROUPED_LANES = 128  # scalar outputs a thread of another grouped convolution kernel computes at most
+GROUPED_REUSE = 8  # output channels (say) a grouped window block takes at most, beside its window
+GROUPED_ROWS = 2  # summed rows a thread of such a kernel takes at once (they share input rows)...
+SHARED_ROWS = 4  # ...where that leaves the threads at least this many of them to share
 FAR = 1 << 30  # how far apart an access that is not affine along a loop counts
 
 
@@ -47,6 +49,23 @@ class Access:
     steps: dict[int, int | None]
     is_store: bool
     guarded: frozenset[int] = frozenset()
+    spread: dict[int, float] = field(default_factory=dict)  # elements the address moves per iteration, on average
+
+
+def _mean_step(index: UOp, r: UOp) -> float:
+    """How far `index` moves per iteration of loop `r` on average, where steps give up (None): through integer
+    divisions and remainders by constants (a pooling window's x // 2 moves half an element); FAR for an index read
+    from memory or built otherwise."""
+    if index is r:
+        return 1.0
+    if index.op in (Ops.CONST, Ops.RANGE) or r not in index.toposort():
+        return 0.0
+    if index.op is Ops.ADD:
+        return sum(_mean_step(x, r) for x in index.src)
+    if index.op in (Ops.MUL, Ops.IDIV, Ops.MOD) and index.src[1].op is Ops.CONST and index.src[1].arg:
+        inner, c = _mean_step(index.src[0], r), abs(index.src[1].arg)
+        return inner * c if index.op is Ops.MUL else inner / c if index.op is Ops.IDIV else min(inner, c)
+    return float(FAR)
 
 
 def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
@@ -69,7 +88,9 @@ def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
             direct = [f for base, f in terms if base is r]
             nested = any(base is not None and base is not r and r in base.toposort() for base, _ in terms)
             steps[r.arg] = None if nested or r in guarded or len(direct) != 1 else direct[0]
-        found.append(Access(steps, node.op is Ops.STORE, frozenset(r.arg for r in guarded)))
+        spread = {u.arg: float(abs(steps[u.arg])) if steps[u.arg] is not None else _mean_step(index.src[1], u)
+                  for u in ranges}  # fmt: skip
+        found.append(Access(steps, node.op is Ops.STORE, frozenset(r.arg for r in guarded), spread))
     return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
@@ -125,9 +146,10 @@ def _guarded_lanes(ast: UOp, accesses: list[Access]) -> Opt | None:
     return Opt("UPCAST", inner, amount) if amount > 1 else None
 
 
-def _upcast_amount(size: int, room: int) -> int:
-    """The most lanes (8, 4 or 2, or the whole axis when it is short) that divide `size` and fit in `room`."""
-    choices = ([size] if size <= 8 else []) + [8, 4, 2]
+def _upcast_amount(size: int, room: int, widest: int = 8) -> int:
+    """The most lanes (8, 4 or 2, or the whole axis when it is short; 16 too where `widest` allows) that divide `size`
+    and fit in `room`."""
+    choices = ([size] if size <= 8 else []) + [n for n in (16, 8) if n <= widest] + [4, 2]
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
@@ -142,18 +164,20 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     opts = _register_opts(ast, vector_lanes, accesses)
     if has_local and (window := _window_opts(ast, accesses)) is not None:
         opts = window
+    elif has_local:
+        opts = _threads_keep_their_row(ast, opts, accesses)
     if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses)) is not None:
         return [lanes]
     if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
     # a convolution's grouped kernel (a weight gradient) takes a larger block: GROUPED_LANES, down to MIN_GROUPED_BLOCKS
-    # blocks (H100, MNIST's first weight gradient, a 5x5 window over a batch-innermost input: kx by 5 and 8 output
-    # channels, 320 blocks, 171 us, against 4 channels' 262)
+    # blocks (H100, MNIST's first weight gradient, a 5x5 window over a batch-innermost input: kx by 5 and 16 output
+    # channels, 160 blocks, 145 us, against 8 channels' 169 and 4 channels' 262)
     conv = bool(_window_pairs(ast, accesses))
     budget = GROUPED_LANES if conv else MAX_LANES
     opts = _grouped_window_opts(ast, accesses) or _register_opts(
-        ast, vector_lanes, accesses, plain_unroll=False, lanes_budget=budget
+        ast, vector_lanes, accesses, plain_unroll=False, lanes_budget=budget, widest=16 if conv else 8
     )
     least = MIN_GROUPED_BLOCKS if conv else MIN_BLOCKS
     shape = ast.src[0].src[1].arg.shape
@@ -163,6 +187,20 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         if blocks >= least or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
             return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
         opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
+
+
+def _threads_keep_their_row(ast: UOp, opts: list[Opt], accesses: list[Access]) -> list[Opt]:
+    """`opts` less the scalar UPCAST of the output axis the store steps along by one, where the whole reduction is
+    unrolled (a pooling window: no loop left, so the upcast shares no loaded row, only values the cache holds
+    anyway): that axis stays with the threads, whose loads and stores then stay coalesced. (H100, MNIST's 2x2 max
+    pool after a bias, ReLU and batch norm: 2x2 outputs a thread put neighbouring threads 4 floats apart.)"""
+    reduce, shape = main_reduce(ast), ast.src[0].src[1].arg.shape
+    unrolled = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
+    if reduce is None or any(unrolled.get(a) != reduce.src[0].shape[a] for a in reduce.arg[1]):
+        return opts
+    store = next(acc for acc in accesses if acc.is_store)
+    row = [a for a in range(len(shape)) if shape[a] > 1 and store.steps.get(a) == 1]
+    return [o for o in opts if not (o.op == "UPCAST" and o.axis in row)]
 
 
 def _window_pairs(ast: UOp, accesses: list[Access]) -> list[tuple[int, int]]:
@@ -236,22 +274,24 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
     lanes = prod(shape[a] for a in window)
     reuse = [a for a in reversed(range(len(shape))) if a not in window and shape[a] > 1
              and any(acc.steps.get(a, 0) == 0 for acc in moving)]  # fmt: skip
-    if reuse and (amount := _upcast_amount(shape[reuse[0]], min(4, GROUPED_ACCUMULATORS // lanes))) > 1:
+    if reuse and (amount := _upcast_amount(shape[reuse[0]], min(GROUPED_REUSE, GROUPED_ACCUMULATORS // lanes))) > 1:
         opts.append(Opt("UPCAST", reuse[0], amount))
     # the summed axis that pairs with the window's rows (y with ky), unrolled: a thread's neighbouring rows y, y + 1
     # share input rows, k + 1 rows loaded for 2k row products (the threads split what is left of the loop)
     full, loop = main_reduce(ast).src[0].shape, {r: len(shape) + i for i, r in enumerate(main_reduce(ast).arg[1])}
+    # (H100, MNIST's 3x3 weight gradients: over 8 rows 2 a thread, 76 us; over 6, 101 us without, 141 with)
     rows = [r for a, r in _window_pairs(ast, accesses) if a in window and full[r] % GROUPED_ROWS == 0
-            and full[r] // GROUPED_ROWS >= 2 and all(acc.steps.get(loop[r], 0) != 1 for acc in moving)]  # fmt: skip
+            and full[r] // GROUPED_ROWS >= SHARED_ROWS
+            and all(acc.steps.get(loop[r], 0) != 1 for acc in moving)]  # fmt: skip
     if GROUPED_ROWS > 1 and rows:
         opts.append(Opt("UNROLL", rows[0], GROUPED_ROWS))
     return opts
 
 
 def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], plain_unroll: bool = True,
-                   lanes_budget: int = MAX_LANES) -> list[Opt]:  # fmt: skip
-    """hand_coded_opts' choice within one thread: vector lanes, register blocks (up to `lanes_budget` scalar outputs),
-    unrolls (with `plain_unroll`, of a plain reduction's innermost axis too)."""
+                   lanes_budget: int = MAX_LANES, widest: int = 8) -> list[Opt]:  # fmt: skip
+    """hand_coded_opts' choice within one thread: vector lanes, register blocks (up to `lanes_budget` scalar outputs,
+    `widest` along one axis), unrolls (with `plain_unroll`, of a plain reduction's innermost axis too)."""
     opts: list[Opt] = []
     if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
         opts.append(vector)
@@ -287,7 +327,7 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
         # along the vector's own axis a few vectors are enough; the other axis takes the rest of the registers (with
         # lanes across an outer axis, the output channels, as many vectors as the block over the inner axis leaves)
         room = 2 if vector is not None and axis == vector.axis and not across else budget // lanes
-        amount = _upcast_amount(shape[axis], min(room, budget // lanes))
+        amount = _upcast_amount(shape[axis], min(room, budget // lanes), widest)
         if amount <= 1:
             candidates.remove(axis)
             continue
@@ -391,8 +431,8 @@ def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live:
         return [], []
     loads = [acc for acc in accesses if not acc.is_store]
 
-    def spread(loop: int) -> int:
-        return sum(FAR if (s := acc.steps.get(loop, 0)) is None else abs(s) for acc in loads)
+    def spread(loop: int) -> float:  # a pooling window's x // 2 moves by half an element: near, not FAR
+        return sum(acc.spread.get(loop, 0.0) for acc in loads)
 
     def coalesced(loop: int, store: bool = False) -> bool:  # every access steps by at most one element, some by one
         moving = [acc.steps.get(loop, 0) for acc in accesses if store or not acc.is_store]

@@ -168,23 +168,26 @@ class TinyJit(Generic[R]):
         for n, b in enumerate(buffers):
             if id(b) in self.internal:  # an earlier output passed back in: the replay would overwrite it as it reads
                 buffers[n] = Buffer(b.device, b.size, b.dtype).copyin(b.as_bytes())
-        swapped: dict[int, list[Buffer]] = {}
+        swapped: dict[int, list[Buffer]] = {}  # the items that read an input, with this call's buffers
         for item_index, position, input_number in self.input_slots:
             bufs = swapped.setdefault(item_index, list(self.items[item_index].bufs))
             bufs[position] = buffers[input_number]
-        bufs = [swapped.get(i, item.bufs) for i, item in enumerate(self.items)]
         if self.graph is None and cuda_graph.JIT_GRAPH:
-            self.graph = cuda_graph.graph_for(self.items, bufs) or False
+            self.graph = cuda_graph.graph_for(self.items, self._all_bufs(swapped)) or False
         if self.graph and cuda_graph.JIT_GRAPH:  # one launch for all the kernels (JIT_GRAPH=0: one by one)
-            self.graph(bufs, wait=DEBUG >= 2)
+            self.graph(swapped, wait=DEBUG >= 2)  # only the items that read inputs can have new buffers
         else:
-            for item, item_bufs in zip(self.items, bufs):
+            for item, item_bufs in zip(self.items, self._all_bufs(swapped)):
                 item.run(item_bufs)
         if not self.result_inputs:
             return self.result  # type: ignore[return-value]
         captured = _tensors_in(self.result)
         fresh = {id(captured[r]): _fresh(inputs[n], view) for r, n, view in self.result_inputs}
         return _replace_tensors(self.result, fresh)
+
+    def _all_bufs(self, swapped: dict[int, list[Buffer]]) -> list[list[Buffer]]:
+        """Every item's buffers for this call: the captured ones, with the inputs swapped in where `swapped` says."""
+        return [swapped.get(i, item.bufs) for i, item in enumerate(self.items)]
 
     def _check_same_call(self, args: tuple, kwargs: dict, inputs: list) -> None:
         name = getattr(self.fn, "__name__", repr(self.fn))

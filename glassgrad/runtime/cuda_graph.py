@@ -12,7 +12,7 @@ JIT_GRAPH=0 (or `Context(JIT_GRAPH=0)`) replays kernel by kernel instead.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from glassgrad.helpers import ContextVar
 from glassgrad.runtime.device import Buffer, Device
@@ -82,6 +82,7 @@ class CUDAGraph:
     def __init__(self, device: CudaDevice, items: Sequence, bufs: Sequence[Sequence[Buffer]]):
         self.device, self.items = device, list(items)
         self.kernels = [item.runner for item in self.items if _is_kernel(item)]
+        self.ops_and_mem = sum(k.spec.ops for k in self.kernels), sum(k.spec.mem for k in self.kernels)
         device.activate()
         self.graph, self.instance = ctypes.c_void_p(), ctypes.c_void_p()
         cu("cuGraphCreate", ctypes.byref(self.graph), 0)
@@ -111,11 +112,13 @@ class CUDAGraph:
         shared = program.shared_bytes  # dynamic shared memory (a tensor-core kernel's tiles)
         return KernelNodeParams(program.function, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(pointers), None)
 
-    def __call__(self, bufs: Sequence[Sequence[Buffer]], wait: bool = False) -> float | None:
-        """Launch the graph on `bufs` (one list per item), first updating the nodes whose buffers changed; returns
-        the seconds it took on the GPU where `wait`."""
+    def __call__(
+        self, bufs: Sequence[Sequence[Buffer]] | Mapping[int, Sequence[Buffer]], wait: bool = False
+    ) -> float | None:
+        """Launch the graph on `bufs` (one list per item, or a dict of some items' lists: the others keep theirs),
+        first updating the nodes whose buffers changed; returns the seconds it took on the GPU where `wait`."""
         self.device.activate()
-        for i, item_bufs in enumerate(bufs):
+        for i, item_bufs in bufs.items() if isinstance(bufs, Mapping) else enumerate(bufs):
             if (handles := _handles(item_bufs)) != self.handles[i]:
                 self._update(i, handles, item_bufs)
         with EventTimer(wait) as timer:
@@ -128,7 +131,7 @@ class CUDAGraph:
         """GlobalCounters as a kernel-by-kernel replay would count; DEBUG>=2 prints one line for the whole graph."""
         from glassgrad.engine.counters import GlobalCounters
 
-        ops, mem = sum(k.spec.ops for k in self.kernels), sum(k.spec.mem for k in self.kernels)
+        ops, mem = self.ops_and_mem
         GlobalCounters.kernel_count += len(self.kernels)
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
