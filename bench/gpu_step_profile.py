@@ -30,23 +30,13 @@ def build_step():
     import numpy as np
 
     from bench import mnist
-    from examples.beautiful_mnist import Model
-    from glassgrad import Tensor, TinyJit, nn
+    from glassgrad import Tensor
 
     data = mnist.load_mnist()
     Tensor.manual_seed(mnist.SEED)
     X_train, Y_train = Tensor(data[0]).float() / 255.0, Tensor(data[1])
     Tensor.realize(X_train, Y_train)
-    model = Model()
-    optimizer = nn.optim.Adam(nn.state.get_parameters(model))
-
-    @TinyJit
-    def train_step(samples: Tensor) -> Tensor:
-        with Tensor.train():
-            optimizer.zero_grad()
-            loss = model(X_train[samples]).sparse_categorical_crossentropy(Y_train[samples]).backward()
-            optimizer.step()
-            return loss
+    _, train_step = mnist.glassgrad_train_step(X_train, Y_train)
 
     batches = np.random.default_rng(0).integers(0, data[0].shape[0], size=(STEPS + 3, 512), dtype=np.int32)
     return train_step, batches

@@ -117,16 +117,11 @@ def run_torch(data, batches: np.ndarray) -> Result:
     return Result(f"torch ({device})", times, end - start, end - evaluated, accuracy, loss)
 
 
-def run_glassgrad(data, batches: np.ndarray) -> Result:
-    """glassgrad: examples/beautiful_mnist.py's Model, Adam, and its TinyJit-captured train_step."""
+def glassgrad_train_step(X_train, Y_train) -> tuple:
+    """examples/beautiful_mnist.py's Model, and its Adam step captured by TinyJit: (model, train_step(samples))."""
     from examples.beautiful_mnist import Model
     from glassgrad import Tensor, TinyJit, nn
 
-    start = time.perf_counter()
-    Tensor.manual_seed(SEED)
-    X_train, Y_train, X_test, Y_test = (Tensor(a) for a in data)
-    X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
-    Tensor.realize(X_train, Y_train, X_test, Y_test)
     model = Model()
     optimizer = nn.optim.Adam(nn.state.get_parameters(model))
 
@@ -138,6 +133,19 @@ def run_glassgrad(data, batches: np.ndarray) -> Result:
             optimizer.step()
             return loss
 
+    return model, train_step
+
+
+def run_glassgrad(data, batches: np.ndarray) -> Result:
+    """glassgrad: examples/beautiful_mnist.py's Model, Adam, and its TinyJit-captured train_step."""
+    from glassgrad import Tensor
+
+    start = time.perf_counter()
+    Tensor.manual_seed(SEED)
+    X_train, Y_train, X_test, Y_test = (Tensor(a) for a in data)
+    X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
+    Tensor.realize(X_train, Y_train, X_test, Y_test)
+    model, train_step = glassgrad_train_step(X_train, Y_train)
     times, loss = time_steps(lambda indices: train_step(Tensor(indices).realize()).item(), batches)
     evaluated = time.perf_counter()
     with Tensor.train(False):
