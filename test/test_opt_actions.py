@@ -177,10 +177,10 @@ def test_row_sum_accumulates_in_a_vector_and_combines_lanes_after_the_loop():
     x = rng.random((64, 256), dtype=np.float32)
     item = Tensor(x).realize().sum(axis=1).schedule()[-1]
     opts = hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes)
-    assert opts == [Opt("UNROLL", 1, 16)]
+    assert opts == [Opt("UNROLL", 1, 16), Opt("UPCAST", 0, 2)]  # and two rows side by side (heuristics)
     program = get_program(item.ast, Device["CPU"].renderer, tuple(opts)).program
-    assert [u.dtype.count for u in program if u.op is Ops.DEFINE_ACC] == [16]
-    assert sum(u.op is Ops.GEP for u in program) == 16
+    assert [u.dtype.count for u in program if u.op is Ops.DEFINE_ACC] == [16, 16]
+    assert sum(u.op is Ops.GEP for u in program) == 32
 
 
 def test_transposed_input_is_gathered_lane_by_lane():
@@ -233,7 +233,7 @@ def test_debug_3_lists_the_optimizations(capsys):
     with Context(DEBUG=3):
         (x.sum(axis=1) + 0.25).realize()
     out = capsys.readouterr().out
-    assert "optimizations: [UNROLL(1, 16)]" in out and "gg_floatx16" in out
+    assert "optimizations: [UNROLL(1, 16), UPCAST(0, 2)]" in out and "gg_floatx16" in out
 
 
 def test_noopt_gives_plain_loops():
