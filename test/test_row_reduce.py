@@ -1,9 +1,8 @@
 """Row reductions on the CPU: the heuristics read two rows side by side where the reduced axis is contiguous, results
 match NumPy for every shape (0-size, 1-size, odd, non-contiguous, several dtypes) with 1, 2 and 3 threads, and the
-thread split hands out every index of the outer loop exactly once, in chunks, a late thread taking fewer."""
+thread split hands out every index of the outer loop exactly once."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -114,34 +113,22 @@ def test_threads_do_not_change_a_row_sum(monkeypatch):
 
 
 class Recorder:
-    """Stands in for a kernel: records each (start, end) it is called with, and which thread ran it."""
+    """Stands in for a kernel: records each (start, end) it is called with."""
 
-    def __init__(self, delay_in_pool: float = 0.0):
-        self.calls: list[tuple[int, int, bool]] = []
+    def __init__(self):
+        self.calls: list[tuple[int, int]] = []
         self.lock = threading.Lock()
-        self.delay_in_pool = delay_in_pool
 
     def __call__(self, start, end):
-        in_pool = threading.current_thread() is not threading.main_thread()
-        if in_pool and self.delay_in_pool:
-            time.sleep(self.delay_in_pool)  # a pool thread that starts late
         with self.lock:
-            self.calls.append((start.value, end.value, in_pool))
-        time.sleep(0.001)
+            self.calls.append((start.value, end.value))
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 100, 2048])
 def test_the_split_runs_every_index_once(size, threads):
     kernel = Recorder()
     ops_cpu._run_split(kernel, [], size)
-    ranges = sorted((s, e) for s, e, _ in kernel.calls)
+    ranges = sorted(kernel.calls)
     assert all(s < e for s, e in ranges)
     assert [i for s, e in ranges for i in range(s, e)] == list(range(size))
 
-
-def test_a_late_thread_takes_fewer_chunks(monkeypatch):
-    monkeypatch.setattr(ops_cpu, "THREADS", 2)
-    kernel = Recorder(delay_in_pool=0.02)
-    ops_cpu._run_split(kernel, [], 1024)
-    main = sum(e - s for s, e, in_pool in kernel.calls if not in_pool)
-    assert main > 1024 // 2, kernel.calls  # the main thread did more than a static half while the other slept

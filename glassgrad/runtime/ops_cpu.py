@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 
 from glassgrad.renderer.cstyle import CRenderer
@@ -113,35 +112,16 @@ class CCompiler(Compiler):
 
 
 THREADS = int(os.environ.get("NUM_CPU_THREADS") or os.cpu_count() or 1)
-SMALLEST_CHUNK = 8  # a thread's share of a loop is split into chunks no smaller than this fraction of it
 THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't repay waking the other threads
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(THREADS - 1, 1), thread_name_prefix="glassgrad-cpu")
 
 
 def _run_split(fn, args: list, size: int) -> None:
-    """Run the outer loop [0, size) on up to THREADS threads, this one included, each taking the next chunk of the
-    loop as it becomes free: a chunk is half of what is left over the threads (at least 1/SMALLEST_CHUNK of the loop
-    a thread), so a pool thread that wakes late, or shares its core with another process, does less and nobody
-    waits for it at the end. Every output is still computed by one call, so results don't depend on the split."""
+    """Split the outer loop [0, size) into one contiguous chunk per thread; this thread runs the first."""
     threads = min(THREADS, size)
-    if threads < 2:
-        fn(*args, ctypes.c_int(0), ctypes.c_int(size))
-        return
-    smallest = max(1, size // (threads * SMALLEST_CHUNK))
-    taken = [0]
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                start = taken[0]
-                end = taken[0] = min(size, start + max(smallest, (size - start) // (2 * threads)))
-            if start >= size:
-                return
-            fn(*args, ctypes.c_int(start), ctypes.c_int(end))
-
-    futures = [_pool.submit(work) for _ in range(threads - 1)]
-    work()
+    bounds = [size * i // threads for i in range(threads + 1)]
+    futures = [_pool.submit(fn, *args, ctypes.c_int(bounds[i]), ctypes.c_int(bounds[i + 1])) for i in range(1, threads)]
+    fn(*args, ctypes.c_int(bounds[0]), ctypes.c_int(bounds[1]))
     for f in futures:
         f.result()
 
