@@ -1,8 +1,6 @@
 """Optimization actions (UPCAST, UNROLL, TILE), each alone and combined, keep every kernel's results, with 1 thread and
 with several; kernel names and DEBUG=3 show the actions; the vectorizer and the C renderer's vector forms."""
 
-import ctypes
-
 import numpy as np
 import pytest
 import torch
@@ -90,16 +88,13 @@ def run(item, opts, threads: int, device: str = "CPU") -> np.ndarray:
     bufs = [buffer_of(b).ensure_allocated() for b in item.bufs]
     if device == "PYTHON":
         program(*(b.handle for b in bufs))
-    elif spec.global_size is None:
-        program.fn(*(ctypes.c_void_p(b.handle[1]) for b in bufs))
     else:
-        args = [ctypes.c_void_p(b.handle[1]) for b in bufs]
-        old = ops_cpu.THREADS
-        ops_cpu.THREADS = threads
+        old = ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S
+        ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = threads, -1.0  # split however small
         try:
-            ops_cpu._run_split(program.fn, args, spec.global_size[0])
+            program(*(b.handle for b in bufs), global_size=spec.global_size)
         finally:
-            ops_cpu.THREADS = old
+            ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = old
     out = bufs[0]
     return np.frombuffer(out.as_bytes(), dtype=np.float32).copy()
 

@@ -1,7 +1,11 @@
 """Row reductions on the CPU: the heuristics read two rows side by side where the reduced axis is contiguous, results
 match NumPy for every shape (0-size, 1-size, odd, non-contiguous, several dtypes) with 1, 2 and 3 threads, and the
-thread split hands out every index of the outer loop exactly once."""
+thread pool runs every index of the outer loop exactly once, from several Python threads at once and in a forked
+child too."""
 
+import ctypes
+import os
+import tempfile
 import threading
 
 import numpy as np
@@ -9,8 +13,10 @@ import pytest
 
 import glassgrad.runtime.ops_cpu as ops_cpu
 from glassgrad import Device, Tensor
+from glassgrad.codegen import get_program
 from glassgrad.codegen.heuristics import INTERLEAVED_ROWS, hand_coded_opts
 from glassgrad.codegen.opt import Opt
+from glassgrad.runtime.cpu_threads import CThreads
 
 rng = np.random.default_rng(6)
 
@@ -109,26 +115,77 @@ def test_threads_do_not_change_a_row_sum(monkeypatch):
     assert all(np.array_equal(results[0], r) for r in results[1:])
 
 
-# ---- the thread split ----
+# ---- the thread pool ----
+
+COUNT_SOURCE = """
+void count_range(void** args, int start, int end) {
+  int* seen = args[0];
+  for (int i = start; i < end; i++) seen[i] += 1;
+}
+"""
 
 
-class Recorder:
-    """Stands in for a kernel: records each (start, end) it is called with."""
+@pytest.fixture(scope="module")
+def count_range():
+    """A stand-in kernel in C: adds one to seen[i] for each index i of its share."""
+    with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f:
+        f.write(ops_cpu.CCompiler().compile_cached(COUNT_SOURCE))
+    lib = ctypes.CDLL(f.name)
+    os.unlink(f.name)
+    return ctypes.cast(lib.count_range, ctypes.c_void_p).value, lib
 
-    def __init__(self):
-        self.calls: list[tuple[int, int]] = []
-        self.lock = threading.Lock()
 
-    def __call__(self, start, end):
-        with self.lock:
-            self.calls.append((start.value, end.value))
+def pool() -> CThreads:
+    if ops_cpu.CPUProgram.threads is None:
+        ops_cpu.CPUProgram.threads = CThreads(ops_cpu.CCompiler())
+    return ops_cpu.CPUProgram.threads
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 100, 2048])
-def test_the_split_runs_every_index_once(size, threads):
-    kernel = Recorder()
-    ops_cpu._run_split(kernel, [], size)
-    ranges = sorted(kernel.calls)
-    assert all(s < e for s, e in ranges)
-    assert [i for s, e in ranges for i in range(s, e)] == list(range(size))
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_the_pool_runs_every_index_once(count_range, size, n):
+    seen = np.zeros(size, dtype=np.int32)
+    args = (ctypes.c_void_p * 1)(seen.ctypes.data)
+    for _ in range(3):  # the workers started by the first run take the next ones
+        pool().run(count_range[0], args, size, n)
+    assert np.array_equal(seen, np.full(size, 3))
 
+
+def test_python_threads_running_kernels_at_once_get_their_own_results(count_range):
+    arrays = [np.zeros(999, dtype=np.int32) for _ in range(4)]
+
+    def work(seen):
+        args = (ctypes.c_void_p * 1)(seen.ctypes.data)
+        for _ in range(50):
+            pool().run(count_range[0], args, seen.size, 2)  # a call while another runs takes its loop alone
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(a, np.full(999, 50)) for a in arrays)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_starts_its_own_workers(monkeypatch):
+    monkeypatch.setattr(ops_cpu, "THREADS", 2)
+    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    expected = Tensor(x).sum(axis=1).numpy()  # the parent's workers have started
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if its threaded kernel ran and agreed
+        try:
+            ok = np.array_equal(Tensor(x).sum(axis=1).numpy(), expected)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_cpu_kernels_with_an_outer_loop_have_a_range_entry():
+    x = Tensor(rng.random((8, 64), dtype=np.float32)).realize()
+    item = x.sum(axis=1).schedule()[-1]
+    src = get_program(item.ast, Device["CPU"].renderer).src
+    name = get_program(item.ast, Device["CPU"].renderer).name
+    assert f"void {name}_range(void** args, int start, int end) {{ {name}(args[0], args[1], start, end); }}" in src
