@@ -16,6 +16,7 @@ SPIN_S = 1e-3  # a worker polls this long after a kernel before it sleeps: the P
 
 SOURCE = r"""
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -41,13 +42,9 @@ static long gg_now_ns(void) {
   return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-static inline void gg_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
+/* One poll's wait: give the core to any other thread that wants it (the caller, or a worker, when the machine's other
+   cores are busy and two of ours share one), else come straight back. */
+static inline void gg_pause(void) { sched_yield(); }
 
 /* Poll until gg_job differs from `seen` for up to spin_ns, then sleep until it does; returns the new job count. */
 static unsigned long gg_wait_job(unsigned long seen, long spin_ns) {
