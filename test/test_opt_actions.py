@@ -1,8 +1,6 @@
 """Optimization actions (UPCAST, UNROLL, TILE), each alone and combined, keep every kernel's results, with 1 thread and
 with several; kernel names and DEBUG=3 show the actions; the vectorizer and the C renderer's vector forms."""
 
-import ctypes
-
 import numpy as np
 import pytest
 import torch
@@ -90,16 +88,13 @@ def run(item, opts, threads: int, device: str = "CPU") -> np.ndarray:
     bufs = [buffer_of(b).ensure_allocated() for b in item.bufs]
     if device == "PYTHON":
         program(*(b.handle for b in bufs))
-    elif spec.global_size is None:
-        program.fn(*(ctypes.c_void_p(b.handle[1]) for b in bufs))
     else:
-        args = [ctypes.c_void_p(b.handle[1]) for b in bufs]
-        old = ops_cpu.THREADS
-        ops_cpu.THREADS = threads
+        old = ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S
+        ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = threads, -1.0  # split however small
         try:
-            ops_cpu._run_split(program.fn, args, spec.global_size[0])
+            program(*(b.handle for b in bufs), global_size=spec.global_size)
         finally:
-            ops_cpu.THREADS = old
+            ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = old
     out = bufs[0]
     return np.frombuffer(out.as_bytes(), dtype=np.float32).copy()
 
@@ -177,10 +172,10 @@ def test_row_sum_accumulates_in_a_vector_and_combines_lanes_after_the_loop():
     x = rng.random((64, 256), dtype=np.float32)
     item = Tensor(x).realize().sum(axis=1).schedule()[-1]
     opts = hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes)
-    assert opts == [Opt("UNROLL", 1, 16)]
+    assert opts == [Opt("UNROLL", 1, 16), Opt("UPCAST", 0, 2)]  # and two rows side by side (heuristics)
     program = get_program(item.ast, Device["CPU"].renderer, tuple(opts)).program
-    assert [u.dtype.count for u in program if u.op is Ops.DEFINE_ACC] == [16]
-    assert sum(u.op is Ops.GEP for u in program) == 16
+    assert [u.dtype.count for u in program if u.op is Ops.DEFINE_ACC] == [16, 16]
+    assert sum(u.op is Ops.GEP for u in program) == 32
 
 
 def test_transposed_input_is_gathered_lane_by_lane():
@@ -233,7 +228,7 @@ def test_debug_3_lists_the_optimizations(capsys):
     with Context(DEBUG=3):
         (x.sum(axis=1) + 0.25).realize()
     out = capsys.readouterr().out
-    assert "optimizations: [UNROLL(1, 16)]" in out and "gg_floatx16" in out
+    assert "optimizations: [UNROLL(1, 16), UPCAST(0, 2)]" in out and "gg_floatx16" in out
 
 
 def test_noopt_gives_plain_loops():

@@ -47,6 +47,7 @@ class CStyleRenderer(Renderer):
     buffer_prefix = ""
     split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
     outer_loop_params: tuple[str, ...] = ("int start", "int end")  # the kernel's arguments that bound it
+    range_entry = False  # also render NAME_range(void** args, int start, int end), which calls the kernel
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -294,9 +295,15 @@ class CKernelWriter:
         self.params: list[str] = []
         for u in self.program:
             handlers.get(u.op, self.alu)(u)
+        buffers = len(self.params)
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params
-        return f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
+        kernel = f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
+        if self.outer_loop is None or not self.r.range_entry:
+            return kernel
+        # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them
+        args = ", ".join([f"args[{i}]" for i in range(buffers)] + ["start", "end"])
+        return kernel + f"\nvoid {name}_range(void** args, int start, int end) {{ {name}({args}); }}"
 
     def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
         """Writers for ops only a dialect has (CUDA's thread indices and shared-memory combines)."""
@@ -376,5 +383,6 @@ class CRenderer(CStyleRenderer):
 
     device = "CPU"
     split_outer_loop = True
+    range_entry = True
     fuse_mulacc = True  # sums of products accumulate with fused multiply-adds, as BLAS libraries do
     vector_lanes = (2, 4, 8, 16)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import ctypes.util
 import functools
@@ -13,6 +12,7 @@ import tempfile
 import time
 
 from glassgrad.renderer.cstyle import CRenderer
+from glassgrad.runtime.cpu_threads import CThreads
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 
 ALIGN = 64  # bytes: room for the widest vector loads
@@ -129,21 +129,14 @@ class CCompiler(Compiler):
 
 THREADS = int(os.environ.get("NUM_CPU_THREADS") or os.cpu_count() or 1)
 THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't repay waking the other threads
-_pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(THREADS - 1, 1), thread_name_prefix="glassgrad-cpu")
-
-
-def _run_split(fn, args: list, size: int) -> None:
-    """Split the outer loop [0, size) into one contiguous chunk per thread; this thread runs the first."""
-    threads = min(THREADS, size)
-    bounds = [size * i // threads for i in range(threads + 1)]
-    futures = [_pool.submit(fn, *args, ctypes.c_int(bounds[i]), ctypes.c_int(bounds[i + 1])) for i in range(1, threads)]
-    fn(*args, ctypes.c_int(bounds[0]), ctypes.c_int(bounds[1]))
-    for f in futures:
-        f.result()
 
 
 class CPUProgram(Program):
-    """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs)."""
+    """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs). A kernel with an outer
+    loop runs it on THREADS threads (runtime/cpu_threads.py) once one run on a single core took
+    THREADING_THRESHOLD_S or more."""
+
+    threads: CThreads | None = None  # the pool, shared by every kernel, compiled when a kernel first needs it
 
     def __init__(self, name: str, binary: bytes):
         super().__init__(name, binary)
@@ -153,18 +146,22 @@ class CPUProgram(Program):
         os.unlink(f.name)
         self.fn = getattr(self.lib, name)
         self.fn.restype = None
+        range_fn = getattr(self.lib, f"{name}_range", None)  # kernels with an outer loop have one
+        self.range_fn = ctypes.cast(range_fn, ctypes.c_void_p).value if range_fn is not None else None
         self.single_thread_seconds = 0.0  # until a run says otherwise, a kernel is too small to be worth threads
 
     def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
-        args = [ctypes.c_void_p(b[1]) for b in bufs]
         start = time.perf_counter()
         if global_size is None:  # no loop to split: the kernel takes only its buffers
-            self.fn(*args)
+            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs))
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*args, ctypes.c_int(0), ctypes.c_int(global_size[0]))
+            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs), ctypes.c_int(0), ctypes.c_int(global_size[0]))
             self.single_thread_seconds = time.perf_counter() - start
         else:
-            _run_split(self.fn, args, global_size[0])
+            if CPUProgram.threads is None:
+                CPUProgram.threads = CThreads(CCompiler())
+            CPUProgram.threads.run(self.range_fn, (ctypes.c_void_p * len(bufs))(*(b[1] for b in bufs)),
+                                   global_size[0], THREADS)  # fmt: skip
         return time.perf_counter() - start if wait else None
 
 
