@@ -26,7 +26,7 @@ from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, create_schedule
-from glassgrad.schedule.cache import cached_kernelize
+from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -249,13 +249,12 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
         tensors = (self, *others, *_readers_of_overwritten((self, *others)))
-        kernelized = _kernelize(tensors)
-        run_schedule(create_schedule([t.uop for t in tensors]), _intermediates(kernelized, tensors))
-        done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in tensors))
-        ran = [n for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL]
-        _become({n: _renamed_after_assign(n) for n in ran})
-        for t in tensors:
-            t._set_uop(t._current_uop())
+        scheduled = _kernelize(tensors)
+        run_schedule(scheduled.items, _intermediates(scheduled.mapping, tensors))
+        realized = {n: _renamed_after_assign(n) for n in scheduled.assigns}
+        _become(realized)
+        for t, root in zip(tensors, scheduled.roots):
+            t._set_uop(root.substitute(realized))
         timed_realize_summary(start, before)
         return self
 
@@ -1041,15 +1040,16 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
 
 
-def _kernelize(tensors: Sequence[Tensor]) -> dict[UOp, UOp]:
-    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's mapping."""
+def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
+    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
+    schedule of its kernels."""
     for t in tensors:
         t._set_uop(t._current_uop())
-    mapping = cached_kernelize([t.uop for t in tensors])
-    _become(mapping)
-    for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
-        t._set_uop(t._current_uop())
-    return mapping
+    scheduled = cached_schedule([t.uop for t in tensors])
+    _become(scheduled.mapping)
+    for t, root in zip(tensors, scheduled.roots):  # a view of a kernelized node now reads through its buffer
+        t._set_uop(root)
+    return scheduled
 
 
 def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:

@@ -161,7 +161,8 @@ class UOp:
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         """This graph with every node found in `mapping` replaced by its value."""
         new: dict[UOp, UOp] = {}
-        for node in self.toposort():
+        # a replaced node's sources are not read: the walk stops there (a kernelized graph's KERNELs, say)
+        for node in self.toposort(enter=lambda n: n not in mapping):
             if node in mapping:
                 new[node] = mapping[node]
                 continue
