@@ -164,10 +164,14 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
                             "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
         _check_device_holds(uop.device or device, uop.dtype)
+        self._start(uop, requires_grad, is_leaf=True)
+
+    def _start(self, uop: UOp, requires_grad: bool | None, is_leaf: bool) -> None:
+        """The fields every tensor has; it is listed among the live tensors."""
         self.uop: UOp = uop
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
-        self._is_leaf = True  # only leaves (tensors the user made) receive .grad in backward()
+        self._is_leaf = is_leaf  # only leaves (tensors the user made) receive .grad in backward()
         self._autograd_uop: UOp | None = None  # the graph that built this tensor, kept for backward() after realize
         _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
 
@@ -531,9 +535,10 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     @staticmethod
     def _derived(uop: UOp, *parents: Tensor) -> Tensor:
         """The result of an op: it requires grad when any input does, and is not a leaf."""
-        out = Tensor(uop)
-        out.requires_grad = True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None
-        out._is_leaf = False
+        if all(p.uop.dtype != uop.dtype for p in parents):  # a dtype an input has, its device holds already
+            _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
+        out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
+        out._start(uop, True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None, is_leaf=False)
         return out
 
     # ---- movement: views of the same data, no copies ----

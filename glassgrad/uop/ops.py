@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -102,6 +101,20 @@ class GroupOp:
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+
+
+class _computed_once:
+    """functools.cached_property without its lock (Python 3.11 takes one for every first computation, which is
+    every new node's shape and device): the value is stored in the node's __dict__, where later reads find it."""
+
+    def __init__(self, compute: Callable[[UOp], Any]):
+        self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+
+    def __get__(self, node: UOp | None, owner: type | None = None) -> Any:
+        if node is None:
+            return self
+        value = node.__dict__[self.name] = self.compute(node)
+        return value
 
 
 def _arg_key(arg: Any) -> Any:
@@ -281,7 +294,7 @@ class UOp:
 
     # ---- facts derived from the graph ----
 
-    @functools.cached_property
+    @_computed_once
     def shape(self) -> tuple[int, ...] | None:
         """The shape of a Tensor-level node (None for nodes without one, such as DEVICE)."""
         return _shape_of(self)
@@ -290,7 +303,7 @@ class UOp:
     def size(self) -> int:
         return prod(self.shape) if self.shape is not None else 0
 
-    @functools.cached_property
+    @_computed_once
     def device(self) -> str | None:
         """The device a Tensor-level node lives on."""
         if self.op is Ops.DEVICE:
