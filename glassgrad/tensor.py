@@ -535,7 +535,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     @staticmethod
     def _derived(uop: UOp, *parents: Tensor) -> Tensor:
         """The result of an op: it requires grad when any input does, and is not a leaf."""
-        if all(p.uop.dtype != uop.dtype for p in parents):  # a dtype an input has, its device holds already
+        if all(p.uop.dtype is not uop.dtype for p in parents):  # a dtype an input has, its device holds already
             _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
         out._start(uop, True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None, is_leaf=False)
