@@ -133,7 +133,8 @@ class _InternRef(weakref.ref):
 
 
 def _forget(ref: _InternRef) -> None:
-    if _interned.get(ref.key) is ref:  # not a newer node of the same key, interned after this one died
+    # not a newer node of the same key, interned after this one died (graphs are built on one thread)
+    if _interned.get(ref.key) is ref:
         del _interned[ref.key]
 
 
