@@ -26,7 +26,7 @@ from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, create_schedule
-from glassgrad.schedule.cache import cached_kernelize
+from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -164,10 +164,14 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
                             "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
         _check_device_holds(uop.device or device, uop.dtype)
+        self._start(uop, requires_grad, is_leaf=True)
+
+    def _start(self, uop: UOp, requires_grad: bool | None, is_leaf: bool) -> None:
+        """The fields every tensor has; it is listed among the live tensors."""
         self.uop: UOp = uop
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
-        self._is_leaf = True  # only leaves (tensors the user made) receive .grad in backward()
+        self._is_leaf = is_leaf  # only leaves (tensors the user made) receive .grad in backward()
         self._autograd_uop: UOp | None = None  # the graph that built this tensor, kept for backward() after realize
         _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
 
@@ -249,13 +253,12 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
         tensors = (self, *others, *_readers_of_overwritten((self, *others)))
-        kernelized = _kernelize(tensors)
-        run_schedule(create_schedule([t.uop for t in tensors]), _intermediates(kernelized, tensors))
-        done = UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in tensors))
-        ran = [n for n in done.toposort() if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL]
-        _become({n: _renamed_after_assign(n) for n in ran})
-        for t in tensors:
-            t._set_uop(t._current_uop())
+        scheduled = _kernelize(tensors)
+        run_schedule(scheduled.items, _intermediates(scheduled.mapping, tensors))
+        realized = {n: _renamed_after_assign(n) for n in scheduled.assigns}
+        _become(realized)
+        for t, root in zip(tensors, scheduled.roots):
+            t._set_uop(root.substitute(realized))
         timed_realize_summary(start, before)
         return self
 
@@ -532,9 +535,10 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     @staticmethod
     def _derived(uop: UOp, *parents: Tensor) -> Tensor:
         """The result of an op: it requires grad when any input does, and is not a leaf."""
-        out = Tensor(uop)
-        out.requires_grad = True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None
-        out._is_leaf = False
+        if all(p.uop.dtype is not uop.dtype for p in parents):  # a dtype an input has, its device holds already
+            _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
+        out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
+        out._start(uop, True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None, is_leaf=False)
         return out
 
     # ---- movement: views of the same data, no copies ----
@@ -1041,15 +1045,16 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
 
 
-def _kernelize(tensors: Sequence[Tensor]) -> dict[UOp, UOp]:
-    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's mapping."""
+def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
+    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
+    schedule of its kernels."""
     for t in tensors:
         t._set_uop(t._current_uop())
-    mapping = cached_kernelize([t.uop for t in tensors])
-    _become(mapping)
-    for t in tensors:  # a tensor that is a view of a kernelized node now reads through that node's buffer
-        t._set_uop(t._current_uop())
-    return mapping
+    scheduled = cached_schedule([t.uop for t in tensors])
+    _become(scheduled.mapping)
+    for t, root in zip(tensors, scheduled.roots):  # a view of a kernelized node now reads through its buffer
+        t._set_uop(root)
+    return scheduled
 
 
 def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:

@@ -121,7 +121,7 @@ def forbid_scheduling(monkeypatch):
 
     monkeypatch.setattr(glassgrad.schedule, "kernelize", refuse)
     monkeypatch.setattr(sys.modules["glassgrad.schedule.kernelize"], "kernelize", refuse)
-    monkeypatch.setattr(glassgrad.tensor, "cached_kernelize", refuse)  # tensor.py calls the name it imported
+    monkeypatch.setattr(glassgrad.tensor, "cached_schedule", refuse)  # tensor.py calls the name it imported
     monkeypatch.setattr(glassgrad.tensor, "create_schedule", refuse)
 
 

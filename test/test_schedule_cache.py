@@ -83,3 +83,102 @@ def test_the_cache_is_bounded():
     assert len(cache._cache) <= cache.CACHE_SIZE
     # each key: the graph's walk, its last node the SINK over the roots, and NOOPT
     assert all(shape[-1][:2] == (Ops.SINK, dtypes.void) and noopt in (0, 1) for shape, noopt in cache._cache)
+
+
+# ---- the schedule comes from the cache too ----
+
+
+def kernelized_roots(roots: list[UOp]) -> list[UOp]:
+    """The roots with kernelize's answer applied, computed afresh (no cache)."""
+    from glassgrad.schedule import kernelize
+
+    mapping = kernelize(roots)
+    return [mapping[r] if r in mapping else r.substitute(mapping) for r in roots]
+
+
+def test_a_hit_schedules_what_create_schedule_would():
+    """The renamed schedule of a hit is create_schedule's on the renamed roots: same ASTs, the caller's buffers."""
+    from glassgrad.schedule import create_schedule
+
+    rng = np.random.default_rng(4)
+    a, b, c = (Tensor(rng.standard_normal((6, 5)).astype(np.float32)).realize() for _ in range(3))
+
+    def softmax_graph(x: Tensor, y: Tensor) -> UOp:  # three kernels: a max, a sum of exps, the division
+        z = x * y
+        return (z - z.max(axis=1, keepdim=True)).exp().uop
+
+    cache.cached_schedule([softmax_graph(a, b)])
+    hits = cache.stats["hits"]
+    got = cache.cached_schedule([softmax_graph(a, c)])
+    assert cache.stats["hits"] == hits + 1
+    expected = create_schedule(got.roots)
+    assert [i.ast for i in got.items] == [i.ast for i in expected] and len(expected) >= 2
+    assert [i.bufs for i in got.items] == [i.bufs for i in expected]
+    assert [a.src[0] for a in got.assigns] == [i.bufs[0] for i in got.items]
+    assert c.uop.base in {buf for item in got.items for buf in item.bufs}
+    assert b.uop.base not in {buf for item in got.items for buf in item.bufs}
+    # the same shape as a fresh kernelize's answer, with other new buffers
+    fresh = kernelized_roots([softmax_graph(a, c)])
+    assert cache.shape_key(fresh[0].toposort()) == cache.shape_key(got.roots[0].toposort())
+
+
+def test_a_hit_and_a_miss_compute_the_same_values():
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((2, 3, 9, 7)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    tx, tw = Tensor(x).realize(), Tensor(w).realize()
+    cache._cache.clear()
+    misses = cache.stats["misses"]
+    first = tx.conv2d(tw, padding=1).relu().sum(axis=(2, 3)).numpy()
+    after_miss = cache.stats["misses"]
+    assert after_miss > misses
+    results = [tx.conv2d(tw, padding=1).relu().sum(axis=(2, 3)).numpy() for _ in range(3)]
+    assert cache.stats["misses"] == after_miss  # every later realize hit
+    for got in results:
+        np.testing.assert_array_equal(got, first)
+    import torch
+
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).relu().sum((2, 3))
+    np.testing.assert_allclose(first, expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_each_hit_writes_new_buffers_and_keeps_earlier_results():
+    a = Tensor(np.arange(5, dtype=np.float32)).realize()
+    outs = [(a * k).sum(axis=0, keepdim=True) + k for k in range(4)]  # one shape of graph (k only in constants)
+    for t in outs:
+        t.realize()
+    assert len({t.uop for t in outs}) == 4  # four buffers
+    for k, t in enumerate(outs):
+        np.testing.assert_array_equal(t.numpy(), [10.0 * k + k])
+
+
+def test_a_changed_graph_misses():
+    a = Tensor(np.arange(6, dtype=np.float32)).realize()
+    (a + 1).realize()
+    misses = cache.stats["misses"]
+    (a + 1).realize()
+    assert cache.stats["misses"] == misses
+    for changed in (lambda: a * 1, lambda: (a + 1).reshape(2, 3), lambda: a.cast("float16") + 1, lambda: a + a):
+        changed().realize()
+        assert cache.stats["misses"] == misses + 1, "a graph of another shape must not hit"
+        misses += 1
+
+
+def test_kernels_kernelized_earlier_run_on_a_hit():
+    """Tensor.kernelize() leaves ASSIGN(BUFFER, KERNEL) nodes in the graph: a hit schedules them too."""
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        x = rng.standard_normal((4, 4)).astype(np.float32)
+        t = Tensor(x).realize()
+        y = (t * 2).kernelize()
+        z = (y + 1).sum(axis=0)
+        np.testing.assert_allclose(z.numpy(), (x * 2 + 1).sum(axis=0), rtol=1e-6)
+        np.testing.assert_allclose(y.numpy(), x * 2, rtol=1e-6)
+
+
+def test_realizing_buffers_only_hits_and_keeps_them():
+    """A graph of buffers alone: the roots of a hit are the caller's buffers, not the template's."""
+    a, b = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+    Tensor.realize(a, b)
+    scheduled = cache.cached_schedule([a.uop, b.uop])
+    assert scheduled.roots == [a.uop, b.uop] and scheduled.items == [] and scheduled.mapping == {}
+    np.testing.assert_array_equal(b.numpy(), [3.0, 4.0])

@@ -21,10 +21,13 @@ def _buffer(node: UOp) -> UOp:
     return node if node.op is Ops.BUFFER else node.src[0]
 
 
-def create_schedule(roots: list[UOp]) -> list[ScheduleItem]:
-    """The kernels under kernelized roots, each after the kernels whose outputs it reads, and each assign after
-    every kernel that reads the old contents of the buffer it overwrites."""
-    kernels = [n for n in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort() if n.op is Ops.KERNEL]
+def schedule_assigns(roots: list[UOp]) -> list[UOp]:
+    """The ASSIGN(BUFFER, KERNEL) nodes under kernelized roots in the order their kernels run: each after the
+    kernels whose outputs it reads, and each assign after every kernel that reads the old contents of the buffer it
+    overwrites."""
+    assigns = [n for n in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort()
+               if n.op is Ops.ASSIGN and n.src[1].op is Ops.KERNEL]  # fmt: skip
+    kernels = [a.src[1] for a in assigns]
     after: dict[UOp, set[UOp]] = {k: {s.src[1] for s in k.src if s.op is Ops.ASSIGN} for k in kernels}
     readers: dict[UOp, list[UOp]] = {}  # buffer -> kernels that read it as it was before this schedule
     for k in kernels:
@@ -34,12 +37,23 @@ def create_schedule(roots: list[UOp]) -> list[ScheduleItem]:
     for k in kernels:
         if k.arg.assign:
             after[k] |= {r for r in readers.get(_buffer(k.src[0]), []) if r is not k}
-    items, done = [], set()
+    order, done = [], set()
     while len(done) < len(kernels):  # Kahn's algorithm, keeping the data-dependency order where it is free
-        ready = next(k for k in kernels if k not in done and after[k] <= done)
-        done.add(ready)
-        items.append(ScheduleItem(ready.arg.ast, tuple(_buffer(s) for s in ready.src)))
-    return items
+        i = next(i for i, k in enumerate(kernels) if k not in done and after[k] <= done)
+        done.add(kernels[i])
+        order.append(assigns[i])
+    return order
 
 
-__all__ = ["Kernel", "ScheduleItem", "create_schedule", "kernelize"]
+def schedule_item(assign: UOp) -> ScheduleItem:
+    """The ScheduleItem of one ASSIGN(BUFFER, KERNEL)."""
+    kernel = assign.src[1]
+    return ScheduleItem(kernel.arg.ast, tuple(_buffer(s) for s in kernel.src))
+
+
+def create_schedule(roots: list[UOp]) -> list[ScheduleItem]:
+    """The kernels under kernelized roots, in the order they must run (see schedule_assigns)."""
+    return [schedule_item(a) for a in schedule_assigns(roots)]
+
+
+__all__ = ["Kernel", "ScheduleItem", "create_schedule", "kernelize", "schedule_assigns", "schedule_item"]
