@@ -21,3 +21,10 @@ def device(request):
     Device.DEFAULT = request.param
     yield request.param
     Device.DEFAULT = old
+
+
+@pytest.fixture
+def on_the_cpu(monkeypatch):
+    """The test runs with Device.DEFAULT = "CPU" whatever the default is (CUDA=1 makes it CUDA): for tests of the
+    CPU's own actions, heuristics and threads. A module takes it with `pytestmark = pytest.mark.usefixtures(...)`."""
+    monkeypatch.setattr(Device, "DEFAULT", "CPU")

@@ -19,8 +19,7 @@ rng = np.random.default_rng(0)
 
 
 @pytest.fixture(autouse=True)
-def on_the_cpu(monkeypatch):
-    monkeypatch.setattr(Device, "DEFAULT", "CPU")
+def cpu_and_empty_cache(on_the_cpu):
     schedule_cache._cache.clear()
     yield
     schedule_cache._cache.clear()

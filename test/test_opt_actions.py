@@ -17,13 +17,7 @@ from glassgrad.uop import Ops
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def on_the_cpu():
-    """These are the CPU's actions (C vector types, threads): run them there whatever the default device is."""
-    old = Device.DEFAULT
-    Device.DEFAULT = "CPU"
-    yield
-    Device.DEFAULT = old
+pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU's own actions, whatever the default device
 
 
 def inputs(*shapes, dtype=np.float32):

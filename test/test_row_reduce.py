@@ -21,13 +21,7 @@ from glassgrad.runtime.cpu_threads import CThreads
 rng = np.random.default_rng(6)
 
 
-@pytest.fixture(autouse=True)
-def on_the_cpu():
-    """These are the CPU's heuristics and threads: run them there whatever the default device is."""
-    old = Device.DEFAULT
-    Device.DEFAULT = "CPU"
-    yield
-    Device.DEFAULT = old
+pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU's own actions, whatever the default device
 
 
 @pytest.fixture(params=[1, 2, 3])
