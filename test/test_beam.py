@@ -39,6 +39,18 @@ def test_search_times_candidates_and_a_second_search_reads_the_cache(fresh_cache
     assert search.cached_opts(item.ast, "CPU", 2) == chosen and search.cached_opts(item.ast, "CPU", 3) is None
 
 
+def test_changed_heuristics_search_again(fresh_cache, monkeypatch):
+    item, _ = small_kernel()
+    chosen = search.beam_search(item.ast, "CPU", 2)
+    assert search.cached_opts(item.ast, "CPU", 2) == chosen
+    # the search starts from the heuristics' choice: a winner found from another start is not reused
+    monkeypatch.setattr(search, "_heuristic_opts", lambda ast, device: ())
+    assert search.cached_opts(item.ast, "CPU", 2) is None
+    first = len(fresh_cache)
+    search.beam_search(item.ast, "CPU", 2)
+    assert len(fresh_cache) > first
+
+
 def test_beam_realize_gives_the_right_answer_and_a_second_run_does_not_search(fresh_cache):
     _, x = small_kernel(10, 48)
 

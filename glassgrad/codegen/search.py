@@ -4,7 +4,9 @@
 kernels), each round applies every valid action (on a GPU LOCAL and GROUP too) to
 each of the N fastest kernels so far, compiles and times the results on the device (on scratch buffers of the
 kernel's sizes), and keeps the N fastest; it stops when a round finds nothing faster. The chosen actions are stored
-under cache_dir()/beam, keyed by the kernel's AST, the device, its compiler and N, so a second run does not search.
+under cache_dir()/beam, keyed by the kernel's AST, the device, its compiler, N and the heuristics' choice (the
+search's starting point: when the heuristics change, an old winner found from a worse start is searched again), so a
+second run does not search.
 """
 
 from __future__ import annotations
@@ -134,11 +136,19 @@ class Timer:
         return sorted(times)[len(times) // 2]
 
 
+def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
+    from glassgrad.codegen.heuristics import hand_coded_opts
+    from glassgrad.runtime.device import Device
+
+    renderer = Device[device].renderer
+    return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
+
+
 def _cache_path(ast: UOp, device: str, width: int) -> str:
     from glassgrad.runtime.device import Device
 
     dev = Device[device]
-    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{ast!r}"
+    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{_heuristic_opts(ast, device)}\0{ast!r}"
     return os.path.join(cache_dir(), "beam", hashlib.sha256(key.encode()).hexdigest() + ".json")
 
 
@@ -157,14 +167,13 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
         return found
     if prod(output_shape(ast)) == 0:
         return ()
-    from glassgrad.codegen.heuristics import hand_coded_opts
     from glassgrad.codegen.tensor_cores import tensor_core_actions
 
     timer = Timer(ast, device)
     start = time.perf_counter()
     # the search starts from the hand-coded opts, and from none where plain loops cannot take long
     renderer = timer.device.renderer
-    seeds = {tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))}
+    seeds = {_heuristic_opts(ast, device)}
     if prod(output_shape(ast)) * reduce_size(ast) <= PLAIN_LOOPS_LIMIT:
         seeds.add(())
     seeds |= {(tc,) for tc in tensor_core_actions(ast, timer.device.renderer)}  # every tile configuration that fits
