@@ -39,6 +39,17 @@ def test_search_times_candidates_and_a_second_search_reads_the_cache(fresh_cache
     assert search.cached_opts(item.ast, "CPU", 2) == chosen and search.cached_opts(item.ast, "CPU", 3) is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.bool_])
+def test_scratch_buffers_hold_ones_not_untouched_zero_pages(dtype):
+    # a kernel timed on memory never written reads one shared page of zeros: memory-bound candidates look alike
+    t = Tensor(np.zeros((4, 8), dtype=dtype)).realize()
+    item = (t + t).schedule()[-1]
+    timer = search.Timer(item.ast, "CPU")
+    for buf in timer.bufs:
+        values = np.frombuffer(buf.as_bytes(), dtype=dtype)
+        assert values.size == buf.size and (values == 1).all()
+
+
 def test_changed_heuristics_search_again(fresh_cache, monkeypatch):
     item, _ = small_kernel()
     chosen = search.beam_search(item.ast, "CPU", 2)

@@ -14,11 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import time
+from typing import TYPE_CHECKING
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
 from glassgrad.helpers import DEBUG, cache_dir, prod
 from glassgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from glassgrad.runtime.device import Buffer
 
 UPCAST_AMOUNTS = (2, 3, 4, 8, 16)
 UNROLL_AMOUNTS = (2, 4, 8, 16)
@@ -107,7 +112,7 @@ class Timer:
 
         self.ast, self.device = ast, Device[device]
         globals_ = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        self.bufs = [Buffer(device, max(g.dtype.size, 1), g.dtype.base).ensure_allocated() for g in globals_]
+        self.bufs = [_filled(Buffer(device, max(g.dtype.size, 1), g.dtype.base)) for g in globals_]
 
     def seconds(self, opts: tuple[Opt, ...], best: float) -> float:
         """The median time of a few runs (one, when the first is much slower than `best`); inf if it fails."""
@@ -134,6 +139,13 @@ class Timer:
             if times[0] > SLOW_FACTOR * best:
                 break
         return sorted(times)[len(times) // 2]
+
+
+def _filled(buf: Buffer) -> Buffer:
+    """A scratch buffer with every element 1: memory never written reads as the one shared page of zeros, so a
+    kernel timed on it would read from cache and memory-bound candidates would all look alike."""
+    one = struct.pack(buf.dtype.fmt, 1) if buf.dtype.fmt else (0x3F80).to_bytes(2, "little")  # bfloat16's 1.0
+    return buf.ensure_allocated().copyin(one * buf.size)
 
 
 def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
