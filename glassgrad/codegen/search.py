@@ -32,6 +32,7 @@ LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)  # a block's threads along an ou
 GROUP_AMOUNTS = (2, 4, 8, 16, 32, 64, 128, 256)  # threads sharing a reduced axis's loop (need not divide it)
 MAX_LANES = 256  # outputs and unrolled terms per iteration: beyond this the code stops fitting in registers
 TIMING_RUNS = 3
+WARMUP_RUNS = 4  # untimed runs of the first candidate: freshly written host memory reads slowly its first few times
 SLOW_FACTOR = 3.0  # a candidate this much slower than the best after one run is not timed again
 PLAIN_LOOPS_LIMIT = 2**24  # outputs times reduced terms: a kernel this small is also timed without any opts
 
@@ -113,6 +114,7 @@ class Timer:
         self.ast, self.device = ast, Device[device]
         globals_ = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
         self.bufs = [_filled(Buffer(device, max(g.dtype.size, 1), g.dtype.base)) for g in globals_]
+        self.warm = False  # until a candidate has run WARMUP_RUNS times on the buffers
 
     def seconds(self, opts: tuple[Opt, ...], best: float) -> float:
         """The median time of a few runs (one, when the first is much slower than `best`); inf if it fails."""
@@ -126,8 +128,9 @@ class Timer:
                 print(f"BEAM: {list(opts)} failed: {error}")
             return float("inf")
         handles = [b.handle for b in self.bufs]
+        warmup, self.warm = (0 if self.warm else WARMUP_RUNS), True
         times = []
-        for _ in range(TIMING_RUNS):
+        for run in range(warmup + TIMING_RUNS):
             start = time.perf_counter()
             try:
                 program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=True)
@@ -135,8 +138,9 @@ class Timer:
                 if DEBUG >= 2:
                     print(f"BEAM: {list(opts)} failed to launch: {error}")
                 return float("inf")
-            times.append(time.perf_counter() - start)
-            if times[0] > SLOW_FACTOR * best:
+            if run >= warmup:
+                times.append(time.perf_counter() - start)
+            if times and times[0] > SLOW_FACTOR * best:
                 break
         return sorted(times)[len(times) // 2]
 
