@@ -56,17 +56,12 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     return _kernels[key]
 
 
-def compile_ahead(schedule: list[ScheduleItem]) -> None:
-    """Render every kernel of a schedule that is not compiled yet, then compile their sources side by side.
+def compile_ahead(kernels: list[tuple[str, UOp]]) -> None:
+    """Render the (device, AST) kernels not compiled yet, then compile their sources side by side.
 
     Rendering is Python and stays in order; the compilers (NVRTC through ctypes, the C compiler as a process) run
     outside the GIL, so a first run's compile time (a training step's hundred kernels) is shared among the cores."""
-    todo: dict[tuple, tuple[str, UOp]] = {}
-    for item in schedule:
-        if item.ast.op is Ops.SINK and item.bufs[0].arg != 0:
-            device = buffer_of(item.bufs[0]).device
-            todo.setdefault(_kernel_key(device, item.ast), (device, item.ast))
-    todo = {key: found for key, found in todo.items() if key not in _kernels}
+    todo = {key: (device, ast) for device, ast in kernels if (key := _kernel_key(device, ast)) not in _kernels}
     if len(todo) < 2:
         return
     specs = {key: (device, _program_spec(device, ast)) for key, (device, ast) in todo.items()}
@@ -134,8 +129,9 @@ class ExecItem:
 capturing: list[list[ExecItem]] = []
 
 
-def lower_item(item: ScheduleItem) -> ExecItem:
-    bufs = [buffer_of(b) for b in item.bufs]
+def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
+    """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
+    bufs = bufs or [buffer_of(b) for b in item.bufs]
     if item.ast.op is Ops.COPY:
         return ExecItem(CopyRunner(), bufs)
     return ExecItem(get_kernel(bufs[0].device, item.ast), bufs)
@@ -144,13 +140,15 @@ def lower_item(item: ScheduleItem) -> ExecItem:
 def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
     """Run each item in order: copies move bytes, kernels run compiled programs. The buffers of `intermediates`
     (BUFFER nodes nothing reads after this run) may share memory where their lifetimes don't overlap."""
-    compile_ahead(schedule)
-    items = []
+    work = []
     for item in schedule:
+        bufs = [buffer_of(b) for b in item.bufs]
         if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy
-            buffer_of(item.bufs[0]).ensure_allocated()
+            bufs[0].ensure_allocated()
             continue
-        items.append(lower_item(item))
+        work.append((item, bufs))
+    compile_ahead([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK])
+    items = [lower_item(item, bufs) for item, bufs in work]
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
