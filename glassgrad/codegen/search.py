@@ -160,17 +160,17 @@ def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
     return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
 
 
-def _cache_path(ast: UOp, device: str, width: int) -> str:
+def _cache_path(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:
     from glassgrad.runtime.device import Device
 
     dev = Device[device]
-    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{_heuristic_opts(ast, device)}\0{ast!r}"
+    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{heuristic}\0{ast!r}"
     return os.path.join(cache_dir(), "beam", hashlib.sha256(key.encode()).hexdigest() + ".json")
 
 
-def cached_opts(ast: UOp, device: str, width: int) -> tuple[Opt, ...] | None:
-    """The opts a earlier search chose for this kernel, device and width, or None."""
-    path = _cache_path(ast, device, width)
+def cached_opts(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...] | None = None) -> tuple[Opt, ...] | None:
+    """The opts an earlier search chose for this kernel, device and width (from the heuristics' choice), or None."""
+    path = _cache_path(ast, device, width, _heuristic_opts(ast, device) if heuristic is None else heuristic)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -179,7 +179,8 @@ def cached_opts(ast: UOp, device: str, width: int) -> tuple[Opt, ...] | None:
 
 def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     """The fastest opts a beam of `width` finds for this kernel on `device` (from the disk cache when searched)."""
-    if (found := cached_opts(ast, device, width)) is not None:
+    heuristic = _heuristic_opts(ast, device)  # the search's starting point, and part of its cache key
+    if (found := cached_opts(ast, device, width, heuristic)) is not None:
         return found
     if prod(output_shape(ast)) == 0:
         return ()
@@ -189,7 +190,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     start = time.perf_counter()
     # the search starts from the hand-coded opts, and from none where plain loops cannot take long
     renderer = timer.device.renderer
-    seeds = {_heuristic_opts(ast, device)}
+    seeds = {heuristic}
     if prod(output_shape(ast)) * reduce_size(ast) <= PLAIN_LOOPS_LIMIT:
         seeds.add(())
     seeds |= {(tc,) for tc in tensor_core_actions(ast, timer.device.renderer)}  # every tile configuration that fits
@@ -213,7 +214,7 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     if DEBUG >= 1:
         print(f"BEAM={width}: {list(chosen)} in {time.perf_counter() - start:.1f} s, {len(tried)} candidates, "
               f"{beam[0][1] * 1e6:.1f} us")  # fmt: skip
-    path = _cache_path(ast, device, width)
+    path = _cache_path(ast, device, width, heuristic)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
