@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
+MIN_ALU = 2  # elementwise ops a value has at least for a GPU to give it a buffer rather than recompute it
 
-def recomputed_on_a_gpu(value: UOp, points: dict[UOp, None], min_alu: int) -> bool:
+
+def recomputed_on_a_gpu(value: UOp, points: dict[UOp, None]) -> bool:
     """Whether `value`, read by a reduction through a broadcast, is worth a buffer on its device: a GPU's, with at
-    least `min_alu` elementwise ops over a reduction that is a realize point of its own."""
+    least MIN_ALU elementwise ops over a reduction that is a realize point of its own."""
     from glassgrad.schedule.split_reduce import _has_blocks
 
     if not _has_blocks(value.device):
         return False
     inside = lambda n: not (n in points and n is not value or n.op in (Ops.REDUCE_AXIS, Ops.COPY, Ops.BUFFER))
-    nodes = [n for n in value.toposort(enter=inside)]
+    nodes = value.toposort(enter=inside)
     alu = sum(n.op in GroupOp.ALU for n in nodes if inside(n))
-    return alu >= min_alu and any(n.op is Ops.REDUCE_AXIS and n in points for n in nodes)
+    return alu >= MIN_ALU and any(n.op is Ops.REDUCE_AXIS and n in points for n in nodes)

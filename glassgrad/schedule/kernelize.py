@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.schedule.conv import window_buffers
+from glassgrad.schedule.gpu_conv import recomputed_on_a_gpu
 from glassgrad.schedule.pack import operand_twins, pack_panels
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -157,25 +158,14 @@ def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
         seen.add((node, in_reduce))
         if in_reduce and node.op is Ops.EXPAND and prod(node.arg) >= MIN_REPEATS * prod(node.src[0].shape):
             value = node.src[0].base
-            if value not in points and value.op in GroupOp.Elementwise and _has_costly_math(value, points):
-                found.append(value)
-            elif value not in points and value.op in GroupOp.Elementwise and _recomputed_on_a_gpu(value, points):
+            if (
+                value not in points
+                and value.op in GroupOp.Elementwise
+                and (_has_costly_math(value, points) or recomputed_on_a_gpu(value, points))
+            ):
                 found.append(value)
         stack.extend((s, in_reduce or node.op is Ops.REDUCE_AXIS) for s in node.src)
     return found
-
-
-GPU_MIN_ALU = 2  # elementwise ops a value has at least for a GPU to give it a buffer rather than recompute it
-
-
-def _recomputed_on_a_gpu(value: UOp, points: dict[UOp, None]) -> bool:
-    """On a GPU, a value of a few ops over a reduction's result that a reduction reads through a broadcast (a
-    convolution's bias and ReLU before the next convolution, recomputed for every output channel and window position,
-    as many ops as multiply-adds in a weight gradient's inner loop) gets a buffer of its own: a convolution's loads
-    then read plain values (schedule/gpu_conv.py)."""
-    from glassgrad.schedule.gpu_conv import recomputed_on_a_gpu
-
-    return recomputed_on_a_gpu(value, points, GPU_MIN_ALU)
 
 
 def _has_costly_math(value: UOp, points: dict[UOp, None]) -> bool:
