@@ -69,10 +69,9 @@ def _mean_step(index: UOp, r: UOp) -> float:
     return float(FAR)
 
 
-def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
-    """Every load and store of the kernel lowered without opts, with its step along each loop; and the loops left
-    once simplified (a one-hot sum's loop collapses into one load)."""
-    from glassgrad.codegen.gather import collapse_gathers
+def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
+    """Every load and store of the kernel lowered without opts, with its step along each loop; and that lowered
+    kernel (for `_live_loops`)."""
     from glassgrad.codegen.lowerer import lower_kernel
 
     found = []
@@ -92,7 +91,14 @@ def _accesses(ast: UOp) -> tuple[list[Access], set[int]]:
         spread = {u.arg: float(abs(steps[u.arg])) if steps[u.arg] is not None else _mean_step(index.src[1], u)
                   for u in ranges}  # fmt: skip
         found.append(Access(steps, node.op is Ops.STORE, frozenset(r.arg for r in guarded), spread))
-    return found, {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
+    return found, sink
+
+
+def _live_loops(sink: UOp) -> set[int]:
+    """The loops of a lowered kernel left once it is simplified (a one-hot sum's loop collapses into one load)."""
+    from glassgrad.codegen.gather import collapse_gathers
+
+    return {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 
 def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> int:
@@ -161,7 +167,7 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
-    accesses, live = _accesses(ast)
+    accesses, sink = _accesses(ast)
     opts = _register_opts(ast, vector_lanes, accesses)
     if has_local and (window := _window_opts(ast, accesses)) is not None:
         opts = window
@@ -169,7 +175,10 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         opts = _threads_keep_their_row(ast, opts, accesses)
     if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses)) is not None:
         return [lanes]
-    if not has_local or (reduce := main_reduce(ast)) is None or not any(_block(ast, reduce, opts, accesses, live)):
+    if not has_local or (reduce := main_reduce(ast)) is None:
+        return opts
+    live = _live_loops(sink)  # only a GPU's blocks ask which loops survive simplification
+    if not any(_block(ast, reduce, opts, accesses, live)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
     # a convolution's grouped kernel (a weight gradient) takes a larger block: GROUPED_LANES, down to MIN_GROUPED_BLOCKS
@@ -279,7 +288,8 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
         opts.append(Opt("UPCAST", reuse[0], amount))
     # the summed axis that pairs with the window's rows (y with ky), unrolled: a thread's neighbouring rows y, y + 1
     # share input rows, k + 1 rows loaded for 2k row products (the threads split what is left of the loop)
-    full, loop = main_reduce(ast).src[0].shape, {r: len(shape) + i for i, r in enumerate(main_reduce(ast).arg[1])}
+    reduce = main_reduce(ast)
+    full, loop = reduce.src[0].shape, {r: len(shape) + i for i, r in enumerate(reduce.arg[1])}
     # (H100, MNIST's 3x3 weight gradients: over 8 rows 2 a thread, 76 us; over 6, 101 us without, 141 with)
     rows = [r for a, r in _window_pairs(ast, accesses) if a in window and full[r] % GROUPED_ROWS == 0
             and full[r] // GROUPED_ROWS >= SHARED_ROWS
