@@ -53,8 +53,8 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
     opts = choose_opts(ast, renderer) if opts is None else opts
     if (thread_opts := [o for o in opts if o.op in THREAD_OPS]) and not (renderer is not None and renderer.has_local):
-        device = renderer.device if renderer is not None and renderer.device else "no renderer"
-        raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {device} has none")
+        where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
+        raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {where}")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
     sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers)
     if renderer is not None and renderer.dialect is not None:

@@ -81,10 +81,10 @@ def size(loop: UOp) -> int:
 
 def thread_items(program: list[UOp], grid: list[UOp]) -> int:
     """How many grid indices one thread computes: THREAD_ITEMS where the kernel has no loop but the grid's (all
-    elementwise) and enough indices to keep every thread busy, else 1."""
+    elementwise), no block of threads, and enough indices to keep every thread busy, else 1."""
     total = prod(size(loop) for loop in grid)
-    if not grid or total < ITEMS_FROM or total + THREAD_ITEMS * 1024 >= 2**31:  # the last block's indices are ints
-        return 1
+    if not grid or block_size(program) or total < ITEMS_FROM or total + THREAD_ITEMS * 1024 >= 2**31:
+        return 1  # (the last bound: the last block's indices are ints)
     return THREAD_ITEMS if sum(u.op is Ops.RANGE for u in program) == len(grid) else 1
 
 
@@ -127,7 +127,7 @@ class CUDARenderer(CStyleRenderer):
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""
         grid, block = grid_loops(program, outer_loop), block_size(program)
-        threads = -(-prod(size(loop) for loop in grid) // (1 if block else thread_items(program, grid)))
+        threads = -(-prod(size(loop) for loop in grid) // thread_items(program, grid))
         return ((threads,) if grid else None), ((block,) if block else None)
 
     def render_const(self, value, dtype: DType) -> str:
@@ -172,7 +172,7 @@ class CUDAKernelWriter(CKernelWriter):
         super().__init__(renderer, program, outer_loop)
         self.grid = grid_loops(program, outer_loop)
         self.block = block_size(program)
-        self.items = 1 if self.block else thread_items(program, self.grid)
+        self.items = thread_items(program, self.grid)
         self.partials: dict[str, str] = {}  # a shared array per type, reused by every combine
 
     def write(self, name: str) -> str:

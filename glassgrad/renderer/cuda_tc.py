@@ -72,7 +72,7 @@ TILE_CONFIGS = (
     TileConfig(256, 128, 32, 64, 64, 4),
 )
 
-PTX_HELPERS = [
+COPY_HELPERS = [  # global -> shared memory: both tensor-core renderers
     "static inline unsigned gg_smem(const void* p) { unsigned a;"
     ' asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }',
     "static inline void gg_cp_async16(unsigned dst, const void* src) {"
@@ -80,6 +80,9 @@ PTX_HELPERS = [
     'static inline void gg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }',
     "template <int N> static inline void gg_cp_async_wait() {"
     ' asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }',
+]  # fmt: skip
+
+LDMATRIX_HELPERS = [  # shared memory -> mma.sync's register fragments
     "static inline void gg_ldmatrix(unsigned* r, unsigned addr) {"
     ' asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"'
     ' : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }',
@@ -321,5 +324,5 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         *("      " + line for line in store),
         "    }",
     ]
-    helpers = PTX_HELPERS + [MMA.format(t=mma_type)]
+    helpers = COPY_HELPERS + LDMATRIX_HELPERS + [MMA.format(t=mma_type)]
     return kernel_source(renderer, writer, epilogue, name, c.threads, 1, c.shared_bytes, helpers, body)

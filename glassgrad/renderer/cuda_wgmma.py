@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.renderer.cuda_tc import (
-    PTX_HELPERS,
+    COPY_HELPERS,
     TILE_CONFIGS,
     OperandTile,
     accumulator_lines,
@@ -202,5 +202,5 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "  }",
     ]  # fmt: skip
     dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
-    helpers = PTX_HELPERS[:4] + WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
+    helpers = COPY_HELPERS + WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
     return kernel_source(renderer, writer, epilogue, name, c.threads, c.blocks_per_sm, c.shared_bytes, helpers, body)
