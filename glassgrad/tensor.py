@@ -25,7 +25,7 @@ from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, time
 from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
-from glassgrad.schedule import ScheduleItem, create_schedule
+from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
@@ -246,8 +246,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
         """The kernels that realizing these tensors would run, in order."""
-        self.kernelize(*others)
-        return create_schedule([t.uop for t in (self, *others)])
+        return _kernelize((self, *others)).items
 
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""

@@ -122,7 +122,7 @@ def forbid_scheduling(monkeypatch):
     monkeypatch.setattr(glassgrad.schedule, "kernelize", refuse)
     monkeypatch.setattr(sys.modules["glassgrad.schedule.kernelize"], "kernelize", refuse)
     monkeypatch.setattr(glassgrad.tensor, "cached_schedule", refuse)  # tensor.py calls the name it imported
-    monkeypatch.setattr(glassgrad.tensor, "create_schedule", refuse)
+    monkeypatch.setattr(glassgrad.schedule, "create_schedule", refuse)
 
 
 def test_replay_runs_exactly_the_captured_kernels_without_scheduling_or_calling_the_function(monkeypatch):
