@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT, prod
+from glassgrad.schedule.pack import movement, on_devices
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
@@ -28,10 +29,6 @@ MIN_REDUCED_AXES = 2  # a weight that varies along this many reduced axes (C_in 
 MIN_REUSE = 64  # products per weight element: fewer do not repay copying the weight
 
 
-def _mv(op: Ops, x: UOp, arg) -> UOp:
-    return UOp(op, x.dtype, (x,), tuple(arg))
-
-
 def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
     """The MUL a float sum on a window device reduces, and the permutation between the MUL's axes and the sum's."""
     src = reduce.src[0]
@@ -40,7 +37,7 @@ def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
         src, order = src.src[0], src.arg
     if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD or reduce.dtype not in WINDOW_DTYPES:
         return None
-    if str(reduce.device).split(":")[0] not in WINDOW_DEVICES:
+    if not on_devices(reduce, WINDOW_DEVICES):
         return None
     return src, order
 
@@ -48,7 +45,7 @@ def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
 def _with_operands(reduce: UOp, mul: UOp, order: tuple[int, ...], operands: tuple[UOp, ...]) -> UOp:
     product = mul.replace(src=operands)
     if reduce.src[0].op is Ops.PERMUTE:
-        product = _mv(Ops.PERMUTE, product, order)
+        product = movement(Ops.PERMUTE, product, order)
     return reduce.replace(src=(product,))
 
 
@@ -105,13 +102,13 @@ def pack_broadcast_weight(reduce: UOp) -> UOp | None:
         if sum(1 for a in reduced if strides[a] != 0 and shape[a] > 1) < MIN_REDUCED_AXES:
             continue
         kept = [(0, 1) if strides[a] == 0 else (0, shape[a]) for a in range(len(shape))]
-        small = _mv(Ops.SHRINK, _mv(Ops.PERMUTE, w, order), kept)
+        small = movement(Ops.SHRINK, movement(Ops.PERMUTE, w, order), kept)
         if prod(shape) < MIN_REUSE * prod(small.shape):
             continue
         layout = sorted(reduced) + outputs
-        packed = UOp(Ops.CONTIGUOUS, w.dtype, (_mv(Ops.PERMUTE, small, layout),))
-        back = _mv(Ops.EXPAND, _mv(Ops.PERMUTE, packed, [layout.index(a) for a in range(len(shape))]), shape)
-        operand = _mv(Ops.PERMUTE, back, [order.index(a) for a in range(len(shape))])
+        packed = UOp(Ops.CONTIGUOUS, w.dtype, (movement(Ops.PERMUTE, small, layout),))
+        back = movement(Ops.EXPAND, movement(Ops.PERMUTE, packed, [layout.index(a) for a in range(len(shape))]), shape)
+        operand = movement(Ops.PERMUTE, back, [order.index(a) for a in range(len(shape))])
         return _with_operands(reduce, mul, order, tuple(operand if j == i else s for j, s in enumerate(mul.src)))
     return None
 

@@ -27,8 +27,14 @@ PACKED_DEVICES = ("CPU",)  # devices whose matmul kernels are register-blocked o
 PACKED_DTYPES = (dtypes.float32, dtypes.float64)
 
 
-def _mv(op: Ops, x: UOp, arg) -> UOp:
+def movement(op: Ops, x: UOp, arg) -> UOp:
+    """A movement op on `x` (the rules here and in schedule/conv.py build their operands' views with it)."""
     return UOp(op, x.dtype, (x,), tuple(arg))
+
+
+def on_devices(node: UOp, names: tuple[str, ...]) -> bool:
+    """Whether `node` lives on one of the devices named (CPU:1 counts as CPU)."""
+    return str(node.device).split(":")[0] in names
 
 
 def _contiguous(x: UOp) -> UOp:
@@ -50,7 +56,7 @@ def pack_operand(reduce: UOp, mul: UOp) -> UOp | None:
     shape = mul.shape
     if NOOPT or len(shape) < 3 or reduce.arg != (Ops.ADD, (len(shape) - 1,)) or reduce.dtype not in PACKED_DTYPES:
         return None
-    if (operands := _broadcast_operand(mul)) is None or str(reduce.device).split(":")[0] not in PACKED_DEVICES:
+    if (operands := _broadcast_operand(mul)) is None or not on_devices(reduce, PACKED_DEVICES):
         return None
     x, y = operands
     *batch, m, n, k = shape
@@ -60,12 +66,13 @@ def pack_operand(reduce: UOp, mul: UOp) -> UOp | None:
     b = y.src[0]  # (..., 1, n, k)
     split = (*b.shape[:-2], n // width, width, k)
     d = len(split)
-    panels = _contiguous(_mv(Ops.PERMUTE, _mv(Ops.RESHAPE, b, split), (*range(d - 3), d - 3, d - 1, d - 2)))
-    y2 = _mv(Ops.EXPAND, _mv(Ops.PERMUTE, panels, (*range(d - 3), d - 3, d - 1, d - 2)), (*batch, m, *split[-3:]))
-    x2 = _mv(Ops.RESHAPE, x, y2.shape)
+    swap = (*range(d - 3), d - 3, d - 1, d - 2)  # the panel's rows and columns trade places (and back)
+    panels = _contiguous(movement(Ops.PERMUTE, movement(Ops.RESHAPE, b, split), swap))
+    y2 = movement(Ops.EXPAND, movement(Ops.PERMUTE, panels, swap), (*batch, m, *split[-3:]))
+    x2 = movement(Ops.RESHAPE, x, y2.shape)
     product = mul.replace(src=(x2, y2) if mul.src[1] is y else (y2, x2))
     packed = UOp(Ops.REDUCE_AXIS, reduce.dtype, (product,), (Ops.ADD, (d - 1,)))
-    return _mv(Ops.RESHAPE, _contiguous(packed), reduce.shape)
+    return movement(Ops.RESHAPE, _contiguous(packed), reduce.shape)
 
 
 pack_panels = PatternMatcher([
