@@ -867,6 +867,10 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     # ---- reductions ----
 
+    def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> Tensor:
+        """One REDUCE_AXIS node over `axes`, kept as size-1 dims."""
+        return Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self)
+
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
         axes = tuple(range(self.ndim)) if axis is None else tuple(
             self._axis(a, name) for a in ((axis,) if isinstance(axis, int) else axis))  # fmt: skip
@@ -874,7 +878,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if axes and (split := split_reduce(self, op, axes)) is not None:  # a long reduction on a GPU: two kernels
             reduced = split
         else:
-            reduced = Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self) if axes else self
+            reduced = self._reduce_axis(op, axes) if axes else self
         if keepdim or not axes:
             return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

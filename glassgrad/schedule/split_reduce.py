@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -56,9 +56,5 @@ def split_reduce(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:
     axis, parts = split
     shape = x.shape[:axis] + (parts, x.shape[axis] // parts) + x.shape[axis + 1 :]
     inner = tuple(a + (a >= axis) for a in axes)  # the split axis's inner part, and the other reduced axes
-    partial = _reduce_axis(x.reshape(shape), op, inner).contiguous()
-    return _reduce_axis(partial, op, (axis,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
-
-
-def _reduce_axis(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
-    return type(x)._derived(UOp(Ops.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), x)
+    partial = x.reshape(shape)._reduce_axis(op, inner).contiguous()
+    return partial._reduce_axis(op, (axis,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
