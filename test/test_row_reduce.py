@@ -5,6 +5,7 @@ child too."""
 
 import ctypes
 import os
+import signal
 import tempfile
 import threading
 
@@ -169,6 +170,8 @@ def test_a_forked_child_starts_its_own_workers(monkeypatch):
     expected = Tensor(x).sum(axis=1).numpy()  # the parent's workers have started
     pid = os.fork()
     if pid == 0:  # the child: exit code 0 only if its threaded kernel ran and agreed
+        ok = False  # an error in the child must end it too, not let it run the rest of the suite
+        signal.alarm(60)  # nor may a pool that hangs after fork hang the suite
         try:
             ok = np.array_equal(Tensor(x).sum(axis=1).numpy(), expected)
         finally:

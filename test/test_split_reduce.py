@@ -5,9 +5,7 @@ import pytest
 
 from glassgrad import Tensor
 from glassgrad.schedule.split_reduce import MIN_PART, SPLIT_BELOW, SPLIT_FROM, SPLIT_PARTS, split_parts
-from helpers import CUDA_MISSING, needs_gpu
-
-MISSING = CUDA_MISSING
+from helpers import needs_gpu
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS, WGMMA_CONFIGS, WgmmaCo
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAUnavailable
-from helpers import CUDA_MISSING, needs_gpu
+from helpers import needs_gpu
 
 TORCH = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
@@ -199,9 +199,6 @@ def test_the_wgmma_source_reads_each_operand_in_its_own_layout(form):
 
 
 # ---- on a GPU ----
-
-
-MISSING = CUDA_MISSING
 
 
 def _inputs(dtype, *shapes, seed=0):

@@ -24,7 +24,8 @@ REUSE_MAX_BYTES = 256 << 20  # a new one costs a pass of page faults and zeroing
 
 class CPUAllocator(Allocator):
     """Host memory from ctypes arrays, aligned to 64 bytes; the array object keeps it alive. Large freed buffers are
-    handed out again to the next request of their size, the oldest dropped past REUSE_MAX_BYTES in all."""
+    handed out again to the next request of their size; past REUSE_MAX_BYTES in all, the oldest of the largest size
+    kept is dropped."""
 
     def __init__(self):
         self.freed: dict[int, list[tuple[ctypes.Array, int]]] = {}  # by size, in the order they were freed
