@@ -139,3 +139,19 @@ def check(shapes: Sequence[tuple[int, ...]], ours: Callable[..., Tensor], numpy_
         expected = numpy_fn(*arrays)
     assert_matches(result, expected, expected_dtype, rtol, atol)
     return result
+
+
+def split_every_cpu_kernel(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """The CPU device splits every kernel over `threads` threads, however small (results must not depend on it)."""
+    import glassgrad.runtime.ops_cpu as ops_cpu
+
+    monkeypatch.setattr(ops_cpu, "THREADS", threads)
+    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)
+
+
+def gpu_opts(ast) -> list:
+    """The heuristics' choice for a kernel as on a GPU (CUDA's vector lanes, blocks of threads), on any machine."""
+    from glassgrad.codegen.heuristics import hand_coded_opts
+    from glassgrad.renderer.cuda import CUDARenderer
+
+    return hand_coded_opts(ast, CUDARenderer.vector_lanes, has_local=True)

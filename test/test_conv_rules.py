@@ -7,13 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import glassgrad.runtime.ops_cpu as ops_cpu
 import glassgrad.schedule.cache as schedule_cache
 from glassgrad import Context, Device, GlobalCounters, Tensor
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt
 from glassgrad.schedule import conv
 from glassgrad.uop import Ops
+from helpers import split_every_cpu_kernel
 
 rng = np.random.default_rng(0)
 
@@ -195,8 +195,7 @@ GEOMETRIES = {
 
 
 def run_with_threads(fn, threads: int, monkeypatch):
-    monkeypatch.setattr(ops_cpu, "THREADS", threads)
-    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)  # split every kernel, however small
+    split_every_cpu_kernel(monkeypatch, threads)
     return fn()
 
 

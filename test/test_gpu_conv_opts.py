@@ -11,12 +11,12 @@ import torch
 
 from glassgrad import Context, Tensor
 from glassgrad.codegen import get_program
-from glassgrad.codegen.heuristics import GROUPED_ROWS, WINDOW_ACCUMULATORS, _accesses, hand_coded_opts
+from glassgrad.codegen.heuristics import GROUPED_ROWS, WINDOW_ACCUMULATORS, _accesses
 from glassgrad.codegen.opt import main_reduce
 from glassgrad.helpers import prod
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.uop.ops import Ops
-from helpers import needs_gpu
+from helpers import gpu_opts, needs_gpu
 from test_opt_actions import run
 
 rng = np.random.default_rng(7)
@@ -34,10 +34,6 @@ def conv_item(batch: int, cin: int, cout: int, size: tuple[int, int], k: int, pa
     run_schedule(before)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
     return item, expected
-
-
-def gpu_opts(ast):
-    return hand_coded_opts(ast, CUDARenderer.vector_lanes, has_local=True)
 
 
 @pytest.mark.parametrize("batch, cin, cout, size, k, padding", [

@@ -9,18 +9,13 @@ allocator runs where there is a GPU.
 import numpy as np
 
 from glassgrad import Context, Tensor
-from glassgrad.codegen.heuristics import GROUPED_REUSE, _accesses, _upcast_amount, hand_coded_opts
+from glassgrad.codegen.heuristics import GROUPED_REUSE, _accesses, _upcast_amount
 from glassgrad.codegen.opt import main_reduce
-from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.uop.ops import Ops
-from helpers import needs_gpu
+from helpers import gpu_opts, needs_gpu
 from test_opt_actions import run
 
 rng = np.random.default_rng(11)
-
-
-def gpu_opts(ast):
-    return hand_coded_opts(ast, CUDARenderer.vector_lanes, has_local=True)
 
 
 def reduce_items(tensor: Tensor):

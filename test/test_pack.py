@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-import glassgrad.runtime.ops_cpu as ops_cpu
 import glassgrad.schedule.cache as schedule_cache
 import glassgrad.schedule.pack as pack
 from glassgrad import Context, Device, GlobalCounters, Tensor
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt
 from glassgrad.uop import Ops
+from helpers import split_every_cpu_kernel
 
 rng = np.random.default_rng(0)
 
@@ -116,8 +116,7 @@ def exp(x):
 
 
 def run_with_threads(make, threads: int, monkeypatch) -> np.ndarray:
-    monkeypatch.setattr(ops_cpu, "THREADS", threads)
-    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)  # split every kernel, however small
+    split_every_cpu_kernel(monkeypatch, threads)
     return make().numpy()
 
 

@@ -18,6 +18,7 @@ from glassgrad.codegen import get_program
 from glassgrad.codegen.heuristics import INTERLEAVED_ROWS, hand_coded_opts
 from glassgrad.codegen.opt import Opt
 from glassgrad.runtime.cpu_threads import CThreads
+from helpers import split_every_cpu_kernel
 
 rng = np.random.default_rng(6)
 
@@ -28,8 +29,7 @@ pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU's own actions, wha
 @pytest.fixture(params=[1, 2, 3])
 def threads(request, monkeypatch):
     """Every kernel split over this many threads, however small."""
-    monkeypatch.setattr(ops_cpu, "THREADS", request.param)
-    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", -1.0)
+    split_every_cpu_kernel(monkeypatch, request.param)
     return request.param
 
 
