@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import mmap
 import os
 import shutil
 import subprocess
@@ -16,6 +17,8 @@ from glassgrad.runtime.cpu_threads import CThreads
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 
 ALIGN = 64  # bytes: room for the widest vector loads
+HUGE_PAGE = 2 << 20  # buffers this large are mapped on their own and asked for 2 MiB pages: a 64 MiB row sum reads
+# at 56 GB/s from them against 48-53 from 4 KiB pages, whose TLB misses stall the loads (NumPy asks the same)
 
 
 REUSE_MIN_BYTES = 1 << 20  # freed buffers this large are kept for the next of their size:
@@ -35,6 +38,8 @@ class CPUAllocator(Allocator):
         if self.freed.get(nbytes):
             self.freed_bytes -= nbytes
             return self.freed[nbytes].pop()
+        if nbytes >= HUGE_PAGE:
+            return huge_page_buffer(nbytes)
         raw = (ctypes.c_uint8 * (nbytes + ALIGN))()
         address = ctypes.addressof(raw)
         return raw, address + (-address % ALIGN)
@@ -55,6 +60,18 @@ class CPUAllocator(Allocator):
 
     def copyout(self, dest: memoryview, src: tuple[ctypes.Array, int]) -> None:
         ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src[1], dest.nbytes)
+
+
+def huge_page_buffer(nbytes: int) -> tuple[ctypes.Array, int]:
+    """Zeroed memory mapped on its own, starting at a 2 MiB boundary and advised to use huge pages where the kernel
+    offers them (Linux's transparent huge pages; elsewhere the advice is skipped)."""
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
+    mapped = mmap.mmap(-1, nbytes + HUGE_PAGE, **private)  # private: the default is shared, which a fork would share
+    raw = (ctypes.c_uint8 * (nbytes + HUGE_PAGE)).from_buffer(mapped)  # keeps the mapping alive while it lives
+    skip = -ctypes.addressof(raw) % HUGE_PAGE
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        mapped.madvise(mmap.MADV_HUGEPAGE, skip, nbytes)
+    return raw, ctypes.addressof(raw) + skip
 
 
 def find_c_compiler() -> str:
