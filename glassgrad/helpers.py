@@ -49,6 +49,7 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 BEAM = ContextVar("BEAM", 0)
+JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
 
 

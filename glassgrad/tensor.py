@@ -27,7 +27,7 @@ from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, Rand
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
-from glassgrad.schedule.kernelize import fresh_unique, new_buffer
+from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -302,8 +302,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return buffer_of(t.uop.base).as_bytes()
 
     def _is_contiguous_buffer(self) -> bool:
-        from glassgrad.schedule.kernelize import chain_view
-
         u = self._current_uop()
         if u.base.op is not Ops.BUFFER or u.size != u.base.arg:
             return False

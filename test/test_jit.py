@@ -4,6 +4,8 @@ inputs, hold memory steady, and draw new random numbers each call."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -12,7 +14,7 @@ import pytest
 
 import glassgrad.schedule
 import glassgrad.tensor
-from glassgrad import Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
+from glassgrad import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
 from glassgrad.engine.realize import CompiledKernel
 from glassgrad.nn.state import get_parameters
 
@@ -228,14 +230,23 @@ def test_passing_one_tensor_for_two_inputs_captured_apart_raises():
 # ---- JIT=0 ----
 
 
-def test_jit_0_runs_the_function_eagerly_every_call(monkeypatch):
-    monkeypatch.setenv("JIT", "0")
+def test_jit_0_runs_the_function_eagerly_every_call():
     ran = []
     jitted = TinyJit(lambda x: ran.append(1) or (x * 3 + 1))
-    for seed in range(CALLS):
-        x = fresh(5, seed=seed)
-        assert np.array_equal(jitted(x).numpy(), (x * 3 + 1).numpy())
+    with Context(JIT=0):  # as JIT=0 in the environment does, read when glassgrad is imported
+        for seed in range(CALLS):
+            x = fresh(5, seed=seed)
+            assert np.array_equal(jitted(x).numpy(), (x * 3 + 1).numpy())
     assert len(ran) == CALLS and jitted.calls == 0 and not jitted.items
+
+
+def test_jit_0_in_the_environment_turns_tinyjit_off_in_a_new_process():
+    code = "from glassgrad import Tensor, TinyJit\nf = TinyJit(lambda x: (x + 1).realize())\n"
+    code += "for _ in range(3): f(Tensor([1.0]))\nprint(f.calls, len(f.items))"
+    env = {**os.environ, "JIT": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0"]
 
 
 # ---- outputs that alias inputs ----

@@ -13,31 +13,28 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import ExecItem, _buffers, capturing
-from glassgrad.helpers import DEBUG, getenv
+from glassgrad.engine.realize import ExecItem, _buffers, buffer_of, capturing
+from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
+from glassgrad.tensor import Tensor
 from glassgrad.uop.ops import UOp
 
 R = TypeVar("R")
 
 
-def _tensor_class():
-    from glassgrad.tensor import Tensor
-
-    return Tensor
-
-
 def _signature(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """What a call's arguments look like: for a tensor its shape, dtype and device; for anything else its value."""
-    named = [(f"argument {i}", a) for i, a in enumerate(args)]
-    named += [(f"argument {k!r}", kwargs[k]) for k in sorted(kwargs)]  # keyword order does not matter
-    return [(name, _kind(v)) for name, v in named]
+    named = [(i, _kind(a)) for i, a in enumerate(args)]  # names are spelled out only for an error (_arg_name)
+    return named + [(k, _kind(kwargs[k])) for k in sorted(kwargs)]  # keyword order does not matter
+
+
+def _arg_name(key: int | str) -> str:
+    return f"argument {key}" if isinstance(key, int) else f"argument {key!r}"
 
 
 def _kind(v: Any) -> tuple:
     """A tensor by shape, dtype and device; lists, tuples and dicts by their items; anything else by type and value."""
-    Tensor = _tensor_class()
     if isinstance(v, Tensor):
         return ("Tensor", v.shape, v.dtype, v.device)
     if isinstance(v, (list, tuple)):
@@ -73,7 +70,6 @@ def _describe(kind: tuple) -> str:
 
 
 def _tensors_in(value: Any) -> list:
-    Tensor = _tensor_class()
     if isinstance(value, Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -91,7 +87,7 @@ class TinyJit(Generic[R]):
         self.calls = 0
         self.items: list[ExecItem] = []
         self.input_slots: list[tuple[int, int, int]] = []  # (item, buffer position, input number)
-        self.signature: list[tuple[str, Any]] | None = None
+        self.signature: list[tuple[int | str, Any]] | None = None
         self.sharing: tuple[int, ...] = ()  # for each input, the first input with the same buffer
         self.internal: set[int] = set()  # ids of the captured buffers that are not inputs
         self.result: R | None = None
@@ -109,7 +105,7 @@ class TinyJit(Generic[R]):
         return functools.partial(self.__call__, obj) if obj is not None else self
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        if not getenv("JIT", 1):
+        if not JIT:
             return self.fn(*args, **kwargs)
         inputs = self._realized_inputs(args, kwargs)
         if self.calls >= 2:
@@ -128,7 +124,6 @@ class TinyJit(Generic[R]):
         return inputs
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
-        Tensor = _tensor_class()
         result = self.fn(*args, **kwargs)
         pending = _tensors_in(result) + Tensor._pending_assigns()
         if pending:
@@ -146,7 +141,7 @@ class TinyJit(Generic[R]):
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
-        self.sharing = _sharing(inputs)
+        self.sharing = _sharing([_buffer_of_tensor(t) for t in inputs])
         self.internal = {id(b) for item in recorded for b in item.bufs if id(b) not in input_buffers}
         for i, j, _ in self.input_slots:  # every replay swaps its own inputs in: the capture's need not stay allocated
             recorded[i].bufs[j] = None  # type: ignore[call-overload]
@@ -163,8 +158,8 @@ class TinyJit(Generic[R]):
         return result
 
     def _replay(self, args: tuple, kwargs: dict, inputs: list) -> R:
-        self._check_same_call(args, kwargs, inputs)
         buffers = [_buffer_of_tensor(t) for t in inputs]
+        self._check_same_call(args, kwargs, buffers)
         for n, b in enumerate(buffers):
             if id(b) in self.internal:  # an earlier output passed back in: the replay would overwrite it as it reads
                 buffers[n] = Buffer(b.device, b.size, b.dtype).copyin(b.as_bytes())
@@ -185,23 +180,34 @@ class TinyJit(Generic[R]):
         fresh = {id(captured[r]): _fresh(inputs[n], view) for r, n, view in self.result_inputs}
         return _replace_tensors(self.result, fresh)
 
+    def _name(self) -> str:
+        return getattr(self.fn, "__name__", None) or repr(self.fn)
+
+    def _check_signature(self, now: list[tuple[int | str, Any]]) -> None:
+        """Raise, naming the argument, where this call's arguments differ from the capture's in kind."""
+        try:
+            if now == self.signature:  # the common case, at the cost of one comparison
+                return
+        except Exception:  # a value whose == is not a plain bool (a NumPy array): compared one by one below
+            pass
+        if [k for k, _ in now] != [k for k, _ in self.signature]:
+            before, after = [_arg_name(k) for k, _ in self.signature], [_arg_name(k) for k, _ in now]
+            raise TypeError(f"TinyJit: {self._name()} was captured with arguments {before} and is now called "
+                            f"with {after}")  # fmt: skip
+        for (key, kind), (_, captured) in zip(now, self.signature):
+            if not _same_kind(kind, captured):
+                hint = "; pass values that change as Tensors" if "value" in (kind[0], captured[0]) else ""
+                raise TypeError(f"TinyJit: {_arg_name(key)} of {self._name()} was {_describe(captured)} when captured "
+                                f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
+
     def _all_bufs(self, swapped: dict[int, list[Buffer]]) -> list[list[Buffer]]:
         """Every item's buffers for this call: the captured ones, with the inputs swapped in where `swapped` says."""
         return [swapped.get(i, item.bufs) for i, item in enumerate(self.items)]
 
-    def _check_same_call(self, args: tuple, kwargs: dict, inputs: list) -> None:
-        name = getattr(self.fn, "__name__", repr(self.fn))
-        now = _signature(args, kwargs)
-        if len(now) != len(self.signature) or any(a[0] != b[0] for a, b in zip(now, self.signature)):
-            before, after = [n for n, _ in self.signature], [n for n, _ in now]
-            raise TypeError(f"TinyJit: {name} was captured with arguments {before} and is now called "
-                            f"with {after}")  # fmt: skip
-        for (arg, kind), (_, captured) in zip(now, self.signature):
-            if not _same_kind(kind, captured):
-                hint = "; pass values that change as Tensors" if "value" in (kind[0], captured[0]) else ""
-                raise TypeError(f"TinyJit: {arg} of {name} was {_describe(captured)} when captured "
-                                f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
-        if (sharing := _sharing(inputs)) != self.sharing:
+    def _check_same_call(self, args: tuple, kwargs: dict, buffers: list[Buffer]) -> None:
+        self._check_signature(_signature(args, kwargs))
+        if (sharing := _sharing(buffers)) != self.sharing:
+            name = self._name()
             i = next(i for i, (a, b) in enumerate(zip(self.sharing, sharing)) if a != b)
             owner = lambda s: "its own buffer" if s == i else f"the buffer of tensor input {s}"
             raise TypeError(f"TinyJit: tensor input {i} of {name} had {owner(self.sharing[i])} when captured and "
@@ -219,11 +225,12 @@ def _plan_replay_memory(items: list[ExecItem]) -> int:
 
 def _fresh(new_input, view: UOp | None):
     """The new input, or a tensor for the same view of it."""
-    return new_input if view is None else _tensor_class()(view.substitute({view.base: new_input.uop.base}))
+    return new_input if view is None else Tensor(view.substitute({view.base: new_input.uop.base}))
 
 
-def _sharing(inputs: list) -> tuple[int, ...]:
-    ids = [id(_buffer_of_tensor(t)) for t in inputs]
+def _sharing(buffers: list[Buffer]) -> tuple[int, ...]:
+    """For each input's buffer, the first input with the same one."""
+    ids = [id(b) for b in buffers]
     return tuple(ids.index(i) for i in ids)
 
 
@@ -239,7 +246,5 @@ def _replace_tensors(value: Any, fresh: dict[int, Any]) -> Any:
     return value
 
 
-def _buffer_of_tensor(t) -> Buffer:
-    from glassgrad.engine.realize import buffer_of
-
+def _buffer_of_tensor(t: Tensor) -> Buffer:
     return buffer_of(t.uop.base)

@@ -167,6 +167,8 @@ class CPUProgram(Program):
         range_fn = getattr(self.lib, f"{name}_range", None)  # kernels with an outer loop have one
         self.range_fn = ctypes.cast(range_fn, ctypes.c_void_p).value if range_fn is not None else None
         self.single_thread_seconds = 0.0  # until a run says otherwise, a kernel is too small to be worth threads
+        self._last_bufs: tuple = ()
+        self._last_pointers: ctypes.Array | None = None
 
     def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
         start = time.perf_counter()
@@ -178,9 +180,15 @@ class CPUProgram(Program):
         else:
             if CPUProgram.threads is None:
                 CPUProgram.threads = CThreads(CCompiler())
-            CPUProgram.threads.run(self.range_fn, (ctypes.c_void_p * len(bufs))(*(b[1] for b in bufs)),
-                                   global_size[0], THREADS)  # fmt: skip
+            CPUProgram.threads.run(self.range_fn, self._pointers(bufs), global_size[0], THREADS)
         return time.perf_counter() - start if wait else None
+
+    def _pointers(self, bufs: tuple) -> ctypes.Array:
+        """The buffers' addresses as a C array for the pool, made again only when the buffers change (a TinyJit
+        replay or a cached schedule runs a kernel on the same ones again)."""
+        if bufs != self._last_bufs:
+            self._last_bufs, self._last_pointers = bufs, (ctypes.c_void_p * len(bufs))(*(b[1] for b in bufs))
+        return self._last_pointers
 
 
 class CpuDevice(Compiled):
