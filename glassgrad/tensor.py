@@ -302,12 +302,17 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         return buffer_of(t.uop.base).as_bytes()
 
     def _is_contiguous_buffer(self) -> bool:
+        node = self.uop  # first the common case, a buffer or reshapes of one (TinyJit checks each argument every call)
+        while node.op is Ops.RESHAPE and node not in _replaced:
+            node = node.src[0]
+        if node.op is Ops.BUFFER and node not in _replaced:  # nothing replaced: the graph is current, no walk needed
+            return True
         u = self._current_uop()
         if u.base.op is not Ops.BUFFER or u.size != u.base.arg:
             return False
         node = u
-        while node.op is Ops.RESHAPE:  # reshapes of a whole buffer keep it contiguous: no view to build (TinyJit's
-            node = node.src[0]  # argument check runs this on every call)
+        while node.op is Ops.RESHAPE:  # reshapes of a whole buffer keep it contiguous: no view to build
+            node = node.src[0]
         return node.op is Ops.BUFFER or chain_view(u).contiguous
 
     def data(self) -> memoryview:

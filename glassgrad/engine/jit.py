@@ -94,12 +94,13 @@ class TinyJit(Generic[R]):
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
         self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
+        self.swapped: dict[int, list[Buffer]] = {}  # the buffer lists of the items that read an input, by item
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
-        self.sharing, self.internal, self.result_inputs, self.graph = (), set(), [], None
+        self.sharing, self.internal, self.result_inputs, self.graph, self.swapped = (), set(), [], None, {}
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -117,7 +118,7 @@ class TinyJit(Generic[R]):
 
     def _realized_inputs(self, args: tuple, kwargs: dict) -> list:
         """The tensor arguments, each realized as a contiguous buffer (so replays can swap buffers in)."""
-        inputs = _tensors_in(list(args) + [kwargs[k] for k in sorted(kwargs)])  # in _signature's order
+        inputs = _tensors_in(args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)  # _signature's order
         for t in inputs:
             if not t._is_contiguous_buffer():
                 t._set_uop(t.contiguous().realize().uop)
@@ -143,9 +144,10 @@ class TinyJit(Generic[R]):
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
         self.sharing = _sharing([_buffer_of_tensor(t) for t in inputs])
         self.internal = {id(b) for item in recorded for b in item.bufs if id(b) not in input_buffers}
-        for i, j, _ in self.input_slots:  # every replay swaps its own inputs in: the capture's need not stay allocated
+        for i, j, _ in self.input_slots:  # every replay puts its own inputs in: the capture's need not stay allocated
             recorded[i].bufs[j] = None  # type: ignore[call-overload]
         self.memory_saved = _plan_replay_memory(recorded)
+        self.swapped = {i: recorded[i].bufs for i, _, _ in self.input_slots}  # the items that read an input
         # outputs that are inputs (or views of them): replays return the new inputs in their place
         input_nodes = {t.uop.base: n for n, t in enumerate(inputs)}
         self.result_inputs = []
@@ -163,17 +165,13 @@ class TinyJit(Generic[R]):
         for n, b in enumerate(buffers):
             if id(b) in self.internal:  # an earlier output passed back in: the replay would overwrite it as it reads
                 buffers[n] = Buffer(b.device, b.size, b.dtype).copyin(b.as_bytes())
-        swapped: dict[int, list[Buffer]] = {}  # the items that read an input, with this call's buffers
-        for item_index, position, input_number in self.input_slots:
-            bufs = swapped.setdefault(item_index, list(self.items[item_index].bufs))
-            bufs[position] = buffers[input_number]
-        if self.graph is None and cuda_graph.JIT_GRAPH:
-            self.graph = cuda_graph.graph_for(self.items, self._all_bufs(swapped)) or False
-        if self.graph and cuda_graph.JIT_GRAPH:  # one launch for all the kernels (JIT_GRAPH=0: one by one)
-            self.graph(swapped, wait=DEBUG >= 2)  # only the items that read inputs can have new buffers
-        else:
-            for item, item_bufs in zip(self.items, self._all_bufs(swapped)):
-                item.run(item_bufs)
+        for item_index, position, input_number in self.input_slots:  # this call's inputs, taken out again below
+            self.items[item_index].bufs[position] = buffers[input_number]
+        try:
+            self._run_items()
+        finally:
+            for item_index, position, _ in self.input_slots:
+                self.items[item_index].bufs[position] = None  # type: ignore[call-overload]
         if not self.result_inputs:
             return self.result  # type: ignore[return-value]
         captured = _tensors_in(self.result)
@@ -200,9 +198,15 @@ class TinyJit(Generic[R]):
                 raise TypeError(f"TinyJit: {_arg_name(key)} of {self._name()} was {_describe(captured)} when captured "
                                 f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
 
-    def _all_bufs(self, swapped: dict[int, list[Buffer]]) -> list[list[Buffer]]:
-        """Every item's buffers for this call: the captured ones, with the inputs swapped in where `swapped` says."""
-        return [swapped.get(i, item.bufs) for i, item in enumerate(self.items)]
+    def _run_items(self) -> None:
+        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one)."""
+        if self.graph is None and cuda_graph.JIT_GRAPH:
+            self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
+        if self.graph and cuda_graph.JIT_GRAPH:
+            self.graph(self.swapped, wait=DEBUG.value >= 2)  # only the items that read inputs can have new buffers
+        else:
+            for item in self.items:
+                item.run()
 
     def _check_same_call(self, args: tuple, kwargs: dict, buffers: list[Buffer]) -> None:
         self._check_signature(_signature(args, kwargs))
