@@ -280,6 +280,49 @@ def test_costly_math_broadcast_a_few_times_stays_fused(device):
     assert_matches(y, np.exp(a) @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_bias_and_relu_after_a_matmul_read_by_the_next_get_their_own_kernel(device):
+    (a, x), (b, w), (c, v) = realized((8, 16), device), realized((16, 12), device, 1), realized((12, 32), device, 2)
+    bias_np = np.linspace(-1, 1, 12, dtype=np.float32)
+    y = (x @ w + Tensor(bias_np, device=device)).relu() @ v  # fused, bias + ReLU would run 32 times per element
+    assert kernels_to_realize(y) == 3  # the first product, its bias and ReLU, the second product
+    assert_matches(y, np.maximum(a @ b + bias_np, 0) @ c, rtol=1e-4, atol=1e-4)
+
+
+def test_bias_and_relu_after_a_matmul_read_a_few_times_stay_fused(device):
+    (a, x), (b, w), (c, v) = realized((8, 16), device), realized((16, 12), device, 1), realized((12, 2), device, 2)
+    bias_np = np.linspace(-1, 1, 12, dtype=np.float32)
+    y = (x @ w + Tensor(bias_np, device=device)).relu() @ v  # two output columns: recomputing is cheaper
+    assert kernels_to_realize(y) == 2
+    assert_matches(y, np.maximum(a @ b + bias_np, 0) @ c, rtol=1e-4, atol=1e-4)
+
+
+def test_a_convolutions_weight_gradient_reads_the_previous_layers_relu_from_a_buffer(device):
+    """beautiful_mnist's second convolution: its input, ReLU(conv1 + bias), is read once per output channel and window
+    position by the forward pass and by the weight gradient; it is computed once, into a buffer."""
+    rng = np.random.default_rng(3)
+    x_np, w1_np, w2_np = (
+        rng.standard_normal(s).astype(np.float32) for s in ((2, 1, 10, 10), (4, 1, 3, 3), (6, 4, 3, 3))
+    )
+    b1_np = rng.standard_normal(4).astype(np.float32)
+    x, w1, b1 = (Tensor(v, device=device) for v in (x_np, w1_np, b1_np))
+    w2 = Tensor(w2_np, device=device, requires_grad=True)
+    h = x.conv2d(w1, b1).relu()
+    h.conv2d(w2).sum().backward()
+    buffered = [item for item in w2.grad.schedule() if _reads_a_reduction_only_through_relu(item)]
+    assert buffered, "no kernel computes the ReLU of the first convolution on its own"
+    torch = pytest.importorskip("torch")
+    tw2 = torch.tensor(w2_np, requires_grad=True)
+    th = torch.nn.functional.conv2d(torch.tensor(x_np), torch.tensor(w1_np), torch.tensor(b1_np)).relu()
+    torch.nn.functional.conv2d(th, tw2).sum().backward()
+    assert_matches(w2.grad, tw2.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _reads_a_reduction_only_through_relu(item) -> bool:
+    """A kernel with no reduction of its own whose stored value is a comparison-and-select (ReLU's shape)."""
+    nodes = item.ast.toposort()
+    return not any(n.op is Ops.REDUCE_AXIS for n in nodes) and any(n.op is Ops.WHERE for n in nodes)
+
+
 def test_softmax_before_its_matmul_is_computed_once(device):
     (a, x), (b, v) = realized((4, 8, 8), device), realized((4, 8, 16), device, seed=1)
     y = x.softmax(-1) @ v

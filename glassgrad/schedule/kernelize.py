@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.schedule.conv import window_buffers
-from glassgrad.schedule.gpu_conv import recomputed_on_a_gpu
 from glassgrad.schedule.pack import operand_twins, pack_panels
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -136,12 +135,15 @@ def _reductions_read_by(point: UOp, points: dict[UOp, None]) -> list[tuple[UOp, 
 
 
 COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
-MIN_REPEATS = 16  # a value with transcendental math recomputed this many times costs more than its own buffer
+MIN_REPEATS = 16  # a value recomputed this many times (with the math below) costs more than its own buffer
+MIN_ALU = 2  # elementwise ops over a reduction's result that are worth a buffer when recomputed MIN_REPEATS times
 
 
 def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
-    """Values with transcendental math that the kernel of `point` would recompute for each element of a broadcast
-    into a reduction: a GELU before a matmul (once per output column), attention's softmax before its matmul."""
+    """Values that the kernel of `point` would recompute for each element of a broadcast into a reduction, where
+    that costs more than a buffer (`_worth_a_buffer`): a GELU before a matmul (once per output column), attention's
+    softmax before its matmul, a bias and ReLU after one convolution read by the next (once per output channel and
+    window position; in a weight gradient's inner loop as many ops as multiply-adds)."""
     found: list[UOp] = []
     seen: set[tuple[UOp, bool]] = set()
     stack = [(s, point.op is Ops.REDUCE_AXIS) for s in (point.src if point.op is Ops.REDUCE_AXIS else
@@ -158,21 +160,23 @@ def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
         seen.add((node, in_reduce))
         if in_reduce and node.op is Ops.EXPAND and prod(node.arg) >= MIN_REPEATS * prod(node.src[0].shape):
             value = node.src[0].base
-            if (
-                value not in points
-                and value.op in GroupOp.Elementwise
-                and (_has_costly_math(value, points) or recomputed_on_a_gpu(value, points))
-            ):
+            if value not in points and value.op in GroupOp.Elementwise and _worth_a_buffer(value, points):
                 found.append(value)
         stack.extend((s, in_reduce or node.op is Ops.REDUCE_AXIS) for s in node.src)
     return found
 
 
-def _has_costly_math(value: UOp, points: dict[UOp, None]) -> bool:
-    """Whether the part of `value`'s graph that a kernel would compute (down to buffers, points and reductions)
-    contains transcendental math."""
-    stop = lambda n: not (is_realized(n) or n in points and n is not value or n.op in (Ops.REDUCE_AXIS, Ops.COPY))
-    return any(n.op in COSTLY for n in value.toposort(enter=stop) if stop(n))
+def _worth_a_buffer(value: UOp, points: dict[UOp, None]) -> bool:
+    """Whether `value`, recomputed MIN_REPEATS times or more, costs more than a buffer: the part of its graph that a
+    kernel would compute (down to buffers, points and reductions) has transcendental math, or MIN_ALU elementwise
+    ops over a reduction that is a realize point (a previous layer's result, not a fresh input: recomputing `x * 2 + 1`
+    of an input inside a matmul is cheaper than a round trip through memory)."""
+    computed = lambda n: not (is_realized(n) or n in points and n is not value or n.op in (Ops.REDUCE_AXIS, Ops.COPY))
+    nodes = value.toposort(enter=computed)
+    if any(n.op in COSTLY for n in nodes if computed(n)):
+        return True
+    alu = sum(n.op in GroupOp.ALU for n in nodes if computed(n))
+    return alu >= MIN_ALU and any(n.op is Ops.REDUCE_AXIS and n in points for n in nodes)
 
 
 def _reads_target_elsewhere(assign: UOp) -> bool:
