@@ -77,17 +77,31 @@ def test_grouped_weights_are_packed_per_group():
     assert [s for s in packed.shape if s != 1] == [2, 3, 3, 2, 3]  # (C_in / g, kH, kW, groups, C_out / g)
 
 
-def test_the_weight_rule_leaves_matmuls_weight_gradients_and_1x1_convs_alone():
+def weight_gradient_reduce(c_in: int):
+    x = Tensor(rand(2, c_in, 9, 9), requires_grad=True).realize()
+    w = Tensor(rand(4, c_in, 3, 3), requires_grad=True).realize()
+    (gw,) = x.conv2d(w).square().sum().gradient(w)
+    return next(u for u in gw.uop.toposort() if u.op is Ops.REDUCE_AXIS and u.shape[-2:] == (3, 3))
+
+
+def test_the_weight_rule_leaves_matmuls_1x1_convs_and_little_reused_gradients_alone():
     a, b = Tensor(rand(64, 40)).realize(), Tensor(rand(3, 40, 96)).realize()
     matmul = next(u for u in (a @ b).uop.toposort() if u.op is Ops.REDUCE_AXIS)
     assert conv.pack_broadcast_weight(matmul) is None
     x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 1, 1)).realize()
     assert conv.pack_broadcast_weight(conv_reduce(x, w)) is None
-    x = Tensor(rand(2, 3, 9, 9), requires_grad=True).realize()
-    w = Tensor(rand(4, 3, 3, 3), requires_grad=True).realize()
-    (gw,) = x.conv2d(w).square().sum().gradient(w)
-    weight_gradient = next(u for u in gw.uop.toposort() if u.op is Ops.REDUCE_AXIS and u.shape[-2:] == (3, 3))
-    assert conv.pack_broadcast_weight(weight_gradient) is None
+    assert conv.pack_broadcast_weight(weight_gradient_reduce(3)) is None  # each output gradient read 27 times
+
+
+def test_a_weight_gradients_output_gradient_is_packed_with_the_channels_inside():
+    """dW[o, i, ky, kx] = sum over (n, y, x) of dY[n, o, y, x] * X[n, i, y + ky, x + kx]: dY, read once per (i, ky, kx),
+    is copied to (n, y, x, o), so that a vector of output channels is one load (beautiful_mnist's weight gradients)."""
+    reduce = weight_gradient_reduce(8)  # each output gradient read 72 times
+    out = conv.pack_broadcast_weight(reduce)
+    assert out is not None and out.shape == reduce.shape
+    (packed,) = buffers_read(out)
+    assert [s for s in packed.shape if s != 1] == [2, 7, 7, 4]  # (N, H_out, W_out, C_out)
+    assert conv.pack_broadcast_weight(out) is None  # packed already
 
 
 def test_noopt_other_devices_and_integers_get_neither_rule():

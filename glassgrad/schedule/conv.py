@@ -10,6 +10,9 @@ and the output positions. Two rules rewrite such a product's operands:
   next, so a vector of output channels is a gather. Copied to (C_in, *k, C_out), the reduced axes outside and the
   output axes inside, a vector of output channels is one load, and the heuristics (codegen/heuristics.py) give the
   kernel's vector lanes to the output channels (16 float32) instead of the output width (28 has 4 as its widest).
+  A weight gradient's output gradient dY (N, C_out, H, W), broadcast over (C_in, *k), is the same case: copied to
+  (N, H, W, C_out), its lanes are the output channels rather than 4 of a 20-wide row (beautiful_mnist's second
+  weight gradient: 136 -> 93 ms, the copy 2 ms).
 
     sum_r x[pad(...)][window(o, r)] * w[o, r]  ->  sum_r P1[window(o, r)] * P2[r, o]
 """
@@ -81,10 +84,11 @@ def _strides(x: UOp) -> tuple[int, ...] | None:
 
 
 def pack_broadcast_weight(reduce: UOp) -> UOp | None:
-    """A convolution's weight, broadcast over the batch and the output positions, read from a copy laid out (reduced
-    axes, output axes): along the output channels it then steps by one element. Not a weight gradient's output
-    gradient, which varies along its outermost output axis (the output channels), nor a matmul's operand, which
-    varies along one reduced axis."""
+    """A broadcast operand read from a copy laid out (reduced axes, output axes), so that along the output axes it
+    varies along (the output channels) it steps by one element: a convolution's weight, broadcast over the batch and
+    the output positions, or a weight gradient's output gradient, broadcast over the input channels and the kernel.
+    It must be constant along the innermost output axis (whose lanes it would otherwise share) and vary along two
+    reduced axes or more: a matmul's operand varies along one (schedule/pack.py packs its B)."""
     if (found := _product(reduce)) is None:
         return None
     mul, order = found
@@ -97,8 +101,8 @@ def pack_broadcast_weight(reduce: UOp) -> UOp | None:
             continue
         strides = tuple(strides[a] for a in order)  # along the sum's axes
         varying = [a for a in outputs if strides[a] != 0 and shape[a] > 1]
-        if not varying or strides[varying[-1]] == 1 or any(strides[a] != 0 for a in (sized[0], sized[-1])):
-            continue  # constant along every output, already inside, or not broadcast over the batch and the width
+        if not varying or strides[varying[-1]] == 1 or strides[sized[-1]] != 0:
+            continue  # constant along every output, already inside, or not broadcast along the innermost output
         if sum(1 for a in reduced if strides[a] != 0 and shape[a] > 1) < MIN_REDUCED_AXES:
             continue
         kept = [(0, 1) if strides[a] == 0 else (0, shape[a]) for a in range(len(shape))]
