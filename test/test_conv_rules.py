@@ -148,6 +148,22 @@ def test_the_register_block_across_output_channels_fills_the_registers(width, c_
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_weight_gradients_block_takes_a_second_column_axis_beside_a_short_kernel_row():
+    """(C_out, C_in, kH, kW) with lanes along C_out: 5 columns of the kernel row x 2 vectors are 10 accumulators, under
+    MIN_BLOCK; two input channels more make 20, each step 2 vector loads of the packed output gradient and 10 scalar
+    broadcasts of the input for 20 multiply-adds. The gradient still matches PyTorch."""
+    a, b = rand(4, 32, 12, 12), rand(32, 32, 5, 5)
+    x, w = Tensor(a).realize(), Tensor(b, requires_grad=True).realize()
+    (gw,) = (x.conv2d(w) * x.conv2d(w)).sum().gradient(w)
+    ast = gw.schedule()[-1].ast
+    assert ast.src[0].src[1].arg.shape[-6:] == (32, 32, 1, 1, 5, 5)  # (C_out, C_in, ..., kH, kW)
+    opts = hand_coded_opts(ast, Device["CPU"].renderer.vector_lanes)
+    assert opts == [Opt("UPCAST", 2, 16), Opt("UPCAST", 7, 5), Opt("UPCAST", 3, 2), Opt("UPCAST", 2, 2)]
+    tx, tw = torch.tensor(a), torch.tensor(b, requires_grad=True)
+    (F.conv2d(tx, tw) ** 2).sum().backward()
+    np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize(
     "shape, pads, lanes",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
@@ -15,6 +16,7 @@ MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half 
 MAX_UNROLL_ACCUMULATORS = 24  # with vector lanes along the reduce, loads take fewer registers: more accumulators
 VECTOR_BYTES = 64  # the widest vector the CPU computes on in one instruction (AVX-512)
 VECTOR_REGISTERS = 32  # AVX-512's register file: a block's accumulators and the vectors each step loads share it
+MIN_BLOCK = 16  # accumulators a block across output channels has at least before it takes a second column axis
 CC_VECTOR_BYTES = 32  # GCC -O2 vectorizes a loop with a guarded load itself (masked 256-bit vectors), but only one
 # whose length is a multiple of its vector: its "very cheap" cost model allows no scalar remainder loop
 L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
@@ -384,9 +386,29 @@ def _across_block(shape: list[int], inner: int, axis: int, loads: list[Access]) 
     def divisors(n: int) -> list[int]:
         return [d for d in range(1, n + 1) if n % d == 0]
 
-    fits = [(a, b) for a in divisors(shape[inner]) for b in divisors(shape[axis]) if a * b + b <= VECTOR_REGISTERS]
-    a, b = max(fits, key=lambda ab: (ab[0] + ab[1] <= ab[0] * ab[1], ab[0] * ab[1], ab[0]))
-    return [Opt("UPCAST", ax, n) for ax, n in ((inner, a), (axis, b)) if n > 1]
+    def rank(f: tuple[int, ...]) -> tuple:
+        a, b = prod(f[:-1]), f[-1]
+        return (a + b <= a * b, a * b, f[0])
+
+    def best(columns: list[int]) -> tuple[int, ...]:
+        """(a per column axis..., b): the best block whose columns are those axes' upcasts together."""
+        fits = [(*a, b) for a in itertools.product(*(divisors(shape[c]) for c in columns))
+                for b in divisors(shape[axis]) if prod(a) * b + b <= VECTOR_REGISTERS]  # fmt: skip
+        return max(fits, key=rank)
+
+    columns = [[inner]]
+    if prod(best([inner])) < MIN_BLOCK:  # a short inner axis (a weight gradient's 5-wide kernel row) takes a second
+        columns += [[inner, o] for o in _column_axes(shape, inner, axis, loads)]
+    chosen = max(columns, key=lambda c: rank(best(c)))
+    return [Opt("UPCAST", ax, n) for ax, n in zip((*chosen, axis), best(chosen)) if n > 1]
+
+
+def _column_axes(shape: list[int], inner: int, axis: int, loads: list[Access]) -> list[int]:
+    """Output axes besides `inner` along which the loads that give the lanes (those stepping by one along `axis`) stay
+    put while another load moves: more columns of a block, each one more scalar broadcast a step."""
+    vectors = [acc for acc in loads if acc.steps.get(axis) == 1]
+    stays = lambda o: all(acc.steps.get(o, 0) == 0 for acc in vectors) and any(acc.steps.get(o) for acc in loads)
+    return [o for o in range(inner) if o != axis and shape[o] > 1 and vectors and stays(o)]
 
 
 def _interleaved_rows(shape: list[int]) -> Opt | None:
