@@ -198,6 +198,10 @@ class CStyleRenderer(Renderer):
                 "#else", f"static inline {t} {t}_{op.name.lower()}({t} x) {{ return ({t}){{{lanes}}}; }}",
                 "#endif"]  # fmt: skip
 
+    def helper_vectors(self, program: list[UOp]) -> set[DType]:
+        """Vector types the rendered ops need beyond the program's own (none here)."""
+        return set()
+
     def fma_helper(self, dtype: DType) -> list[str]:
         """T_fma(a, b, c): a lane-wise fused multiply-add on a vector (an instruction where the CPU has one)."""
         t, n, size = self.type_name(dtype), dtype.count, dtype.itemsize
@@ -219,8 +223,8 @@ class CStyleRenderer(Renderer):
     def prelude(self, program: list[UOp]) -> list[str]:
         """Helper functions the kernel uses (max with NaN propagation, bfloat16 conversions)."""
         lines = ["#include <math.h>"]
-        vectors = sorted({u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)},
-                         key=lambda d: (d.priority, d.count))  # fmt: skip
+        used = {u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+        vectors = sorted(used | self.helper_vectors(program), key=lambda d: (d.priority, d.count))
         fused = [d for d in vectors if self.fuse_mulacc and any(u.op is Ops.MULACC and u.dtype == d for u in program)]
         maths = sorted(
             {(u.op, u.dtype) for u in program if self._libmvec(u.op, u.dtype)}, key=lambda m: (m[0].value, m[1].count)
@@ -378,6 +382,14 @@ class CKernelWriter:
         self.line(f"{self.r.type_name(u.dtype)} {name} = {expr};")
 
 
+MASK_INTS = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # a lane mask's element, by size
+
+
+def _maskable(dtype: DType) -> bool:
+    """Whether vectors of `dtype` compare and select through masks (16-bit floats go lane by lane, as their math)."""
+    return dtype not in (dtypes.float16, dtypes.bfloat16)
+
+
 class CRenderer(CStyleRenderer):
     """Plain C for the CPU device, compiled by gcc or clang."""
 
@@ -386,3 +398,27 @@ class CRenderer(CStyleRenderer):
     range_entry = True
     fuse_mulacc = True  # sums of products accumulate with fused multiply-adds, as BLAS libraries do
     vector_lanes = (2, 4, 8, 16)
+
+    def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
+                          scalars: list[str | None]) -> str:  # fmt: skip
+        """Comparisons, bool logic and selects as whole-vector ops. A C vector comparison gives a mask (-1 or 0 in
+        each lane, integers of the operands' size), negated to the 0 or 1 of a bool vector; a select blends the bits
+        of its two values through the mask widened to their size. Lane by lane, a ReLU was 5 scalar ops a lane."""
+        if op in (Ops.CMPLT, Ops.CMPNE) and _maskable(src[0].dtype.scalar):
+            return f"__builtin_convertvector(-({args[0]}{self.infix[op]}{args[1]}), {self.type_name(dtype)})"
+        if op in (Ops.AND, Ops.OR, Ops.XOR) and dtype.scalar == dtypes.bool:
+            return f"({args[0]}{self.infix[op]}{args[1]})"  # 0 or 1 in, 0 or 1 out
+        if op is Ops.WHERE and _maskable(dtype.scalar):
+            t, mask = self.type_name(dtype), self.type_name(self._mask(dtype))
+            widened = f"(-__builtin_convertvector({args[0]}, {mask}))"
+            return f"(({t})((({mask}){args[1]} & {widened}) | (({mask}){args[2]} & ~{widened})))"
+        return super().render_vector_alu(op, dtype, args, src, scalars)
+
+    @staticmethod
+    def _mask(dtype: DType) -> DType:
+        return MASK_INTS[dtype.scalar.itemsize].vec(dtype.count)
+
+    def helper_vectors(self, program: list[UOp]) -> set[DType]:
+        """The integer vectors a select's mask is widened to."""
+        selects = [u.dtype for u in program if u.op is Ops.WHERE and u.dtype.count > 1]
+        return {self._mask(d) for d in selects if _maskable(d.scalar)}
