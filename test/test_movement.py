@@ -101,6 +101,17 @@ def test_negative_padding_crops(device):
     check([(4, 5)], lambda x: x.pad(((-1, 2), (1, -2))), lambda x: np.pad(x[1:, :-2], ((0, 2), (1, 0))), device)
 
 
+def test_a_padded_expression_reads_nothing_outside_its_inputs(device):
+    """A pad around an expression of reshaped and pooled values (a convolution's padded output gradient): its reads
+    are worked out for valid positions only, so in the padding they are skipped (the PYTHON device checks every
+    address against its buffer)."""
+    check([(2, 3, 4, 4), (2, 3, 2, 2)],
+          lambda x, m: (x.relu() * m.reshape(2, 3, 2, 1, 2, 1).expand(2, 3, 2, 2, 2, 2).reshape(2, 3, 4, 4)).pad(
+              ((0, 0), (0, 0), (3, 3), (3, 3))),
+          lambda x, m: np.pad(np.maximum(x, 0) * np.repeat(np.repeat(m, 2, axis=2), 2, axis=3),
+                              ((0, 0), (0, 0), (3, 3), (3, 3))), device)  # fmt: skip
+
+
 def test_pad_of_empty_and_of_non_contiguous_input(device):
     check([(0, 2)], lambda x: x.pad(((1, 1), (0, 1))), lambda x: np.pad(x, ((1, 1), (0, 1))), device)
     check([(3, 2)], lambda x: x.pad(((1, 0), (0, 2))), lambda x: np.pad(x, ((1, 0), (0, 2))), device,

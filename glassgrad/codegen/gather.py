@@ -8,6 +8,7 @@ As written that reads all n positions; this rule turns it into the one load `v(e
 from __future__ import annotations
 
 from glassgrad.codegen.linearize import range_deps
+from glassgrad.codegen.lowerer import guard_loads
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
@@ -28,19 +29,6 @@ def _index_compared_with(cond: UOp, r: UOp) -> UOp | None:
     return None
 
 
-def _guard_loads(value: UOp, valid: UOp, changed: set[UOp]) -> UOp:
-    """Add `valid` to the guard of every load whose address changed, so no out-of-range address is read."""
-    mapping: dict[UOp, UOp] = {}
-    for node in value.toposort():
-        src = tuple(mapping.get(s, s) for s in node.src)
-        if node.op is Ops.INDEX and node in changed:
-            guard = valid if len(src) < 3 else (src[2] & valid)
-            mapping[node] = node.replace(src=(src[0], src[1], guard))
-        elif src != node.src:
-            mapping[node] = node.replace(src=src)
-    return mapping.get(value, value)
-
-
 def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
     """sum_r where(r == e, v(r), 0)  ->  where(0 <= e < n, v(e), 0)."""
     if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2 or len(r.src) != 1:  # not a loop threads share
@@ -51,7 +39,7 @@ def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp 
     valid = (e < r.src[0].arg) & (e < 0).logical_not()
     deps = range_deps(v)
     changed = {node for node in deps if node.op is Ops.INDEX and r in deps[node]}
-    return valid.where(_guard_loads(v, valid, changed).substitute({r: e}), zero)
+    return valid.where(guard_loads(v, valid, changed).substitute({r: e}), zero)  # no out-of-range read
 
 
 collapse_gathers = PatternMatcher([

@@ -7,9 +7,10 @@ import itertools
 import operator
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
-from glassgrad.dtype import DType, dtypes
+from glassgrad.dtype import DType, PtrDType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.symbolic import bounds
 
 IDX = dtypes.int  # index arithmetic is int32
 
@@ -141,9 +142,13 @@ class Lowerer:
         src, axes = node.src[0], _axes_of_view(node)
         if axes is not None:  # a permute/expand: index the expression directly, no flat index in between
             return self.value(src, tuple(UOp.const(self.idx_dtype, 0) if j is None else idxs[j] for j in axes))
-        flat, valid = node.arg.to_indexed(list(idxs))
-        inner = src if src.op is Ops.CONST else self.value(src, tuple(unravel(flat, src.shape)))
-        return inner if _is_true(valid) else valid.where(inner, inner.const_like(0))
+        inner_idxs, valid = node.arg.indices_in(list(idxs), src.shape)  # right where the view is valid
+        if src.op is Ops.CONST:
+            return src if _is_true(valid) else valid.where(src, src.const_like(0))
+        inner = self.value(src, tuple(inner_idxs))
+        if _is_true(valid):
+            return inner
+        return valid.where(guard_loads(inner, valid, _reads_outside(inner)), inner.const_like(0))
 
     def _unroll(self, node: UOp, axis: int) -> int:
         return self.unroll.get(axis, 1) if node is self.unrolled else 1
@@ -217,6 +222,31 @@ def reduce_identity(op: Ops, dtype) -> object:
 
 def _is_true(u: UOp) -> bool:
     return u.op is Ops.CONST and u.arg is True
+
+
+def guard_loads(value: UOp, valid: UOp, which: set[UOp] | None = None) -> UOp:
+    """`value` with `valid` added to the guard of its loads (those in `which`, or all): where `valid` is false they
+    read no memory, since their addresses were worked out for valid positions only and may point anywhere else."""
+    mapping: dict[UOp, UOp] = {}
+    for node in value.toposort():
+        src = tuple(mapping.get(s, s) for s in node.src)
+        if node.op is Ops.INDEX and (which is None or node in which):
+            guard = valid if len(src) < 3 else (src[2] & valid)
+            mapping[node] = node.replace(src=(src[0], src[1], guard))
+        elif src != node.src:
+            mapping[node] = node.replace(src=src)
+    return mapping.get(value, value)
+
+
+def _reads_outside(value: UOp) -> set[UOp]:
+    """The loads in `value` whose address may fall outside their buffer somewhere in the loops' ranges."""
+    found = set()
+    for node in value.toposort():
+        if node.op is Ops.INDEX and isinstance(node.src[0].dtype, PtrDType):
+            low, high = bounds(node.src[1])
+            if low < 0 or high >= node.src[0].dtype.size:
+                found.add(node)
+    return found
 
 
 def load(buf: UOp, idx: UOp, valid: UOp) -> UOp:

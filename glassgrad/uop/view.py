@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
-from glassgrad.uop.ops import UOp
+from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.symbolic import simplify
 
 Range = tuple[int, int]  # [lo, hi) along one dim
 
@@ -182,6 +183,32 @@ class View:
                 checks.append(idx < hi)
         return functools.reduce(operator.and_, checks)
 
+    def unravel_into(self, idxs: Sequence[UOp], shape: tuple[int, ...] | None) -> tuple[list[UOp], UOp]:
+        """(the indices in `shape` of the position this view maps `idxs` to, or [the flat position] for None, the
+        view's validity). Where the view pads, each index is simplified knowing that the padded dims lie in their
+        valid ranges, since it is only read there: each such dim is first a loop over its range plus the range's
+        start, and takes its own index back after. A padded gradient's ((y*20 + x - 84) // 400) % 32 is then its
+        channel instead of a division at every element."""
+        given = self._valid_ranges(idxs)
+        stand_ins = [given[d][0] + given[d][1] if d in given else idx for d, idx in enumerate(idxs)]
+        flat, _ = self.to_indexed(stand_ins) if given else self.to_indexed(idxs)
+        out = [flat] if shape is None else _unravel(flat, shape)
+        if given:
+            back = {place: idxs[d] - start for d, (place, start) in given.items()}
+            out = [simplify(i).substitute(back) for i in out]
+        return out, self._validity(idxs)
+
+    def _valid_ranges(self, idxs: Sequence[UOp]) -> dict[int, tuple[UOp, int]]:
+        """For each dim the mask narrows, (a loop over the valid range's length, the range's start): the loop plus the
+        start stands in for the dim's index (unravel_into substitutes the index back)."""
+        if self.mask is None or self.all_invalid:
+            return {}
+        found = {}
+        for d, (idx, s, (lo, hi)) in enumerate(zip(idxs, self.shape, self.mask, strict=True)):
+            if (lo, hi) != (0, s):
+                found[d] = (UOp(Ops.RANGE, idx.dtype, (UOp.const(idx.dtype, hi - lo),), ("valid range", d)), lo)
+        return found
+
     @property
     def all_invalid(self) -> bool:
         """Whether every element is padding."""
@@ -246,11 +273,18 @@ class ShapeTracker:
 
     def to_indexed(self, idxs: Sequence[UOp]) -> tuple[UOp, UOp]:
         """(flat buffer index, validity) of the element at `idxs`, one int UOp per dim, through every view."""
-        flat, valid = self.views[-1].to_indexed(idxs)
-        for view in reversed(self.views[:-1]):
-            flat, view_valid = view.to_indexed(_unravel(flat, view.shape))
-            valid = _logical_and(valid, view_valid)
+        (flat,), valid = self.indices_in(idxs, None)
         return flat, valid
+
+    def indices_in(self, idxs: Sequence[UOp], shape: tuple[int, ...] | None) -> tuple[list[UOp], UOp]:
+        """(the indices in `shape` of the element at `idxs` read through every view, or [its flat index] for None,
+        its validity); each view's padding is taken into account as View.unravel_into says."""
+        valid = UOp.const(dtypes.bool, True)
+        idxs = list(idxs)
+        for k in reversed(range(len(self.views))):
+            idxs, view_valid = self.views[k].unravel_into(idxs, self.views[k - 1].shape if k else shape)
+            valid = _logical_and(valid, view_valid)
+        return idxs, valid
 
     def real_strides(self) -> tuple[int | None, ...]:
         """Each dim's stride in the buffer, or None where no one stride describes it (padding, or views below)."""

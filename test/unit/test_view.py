@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.symbolic import simplify
 from glassgrad.uop.view import ShapeTracker, View
 
 # ---- reading a tracker back: evaluate its index expression at every element at once ----
@@ -433,3 +434,29 @@ def test_real_strides_through_stacked_views_know_only_broadcast_dims():
 def test_impossible_request_raises_value_error(op, arg):
     with pytest.raises(ValueError, match=op):
         getattr(ShapeTracker.from_shape((2, 3)), op)(arg)
+
+
+# ---- indices worked out where a padding view is valid ----
+
+
+def test_a_padded_position_unravels_into_the_tensor_below_without_dividing():
+    """A PAD of 4 around a (2, 3, 20, 20) value, read through a view of the padded shape: at valid positions the
+    flat index n*1200 + c*400 + y*20 + x - 84 unravels to (n, c, y - 4, x - 4), found knowing 4 <= y, x < 24 rather
+    than by dividing and taking remainders at every element."""
+    tracker = ShapeTracker.from_shape((2, 3, 20, 20)).pad(((0, 0), (0, 0), (4, 4), (4, 4)))
+    idxs = [index_var(k, s) for k, s in enumerate(tracker.shape)]
+    inner, valid = tracker.indices_in(idxs, (2, 3, 20, 20))
+    inner = [simplify(i) for i in inner]
+    assert not any(n.op in (Ops.IDIV, Ops.MOD) for i in inner for n in i.toposort())
+    indices = np.indices(tracker.shape)
+    ok = np.broadcast_to(evaluate(valid, indices), tracker.shape)
+    expected = [indices[0], indices[1], indices[2] - 4, indices[3] - 4]
+    for got, want in zip(inner, expected):
+        assert np.array_equal(np.broadcast_to(evaluate(got, indices), tracker.shape)[ok], want[ok])
+
+
+def test_unpadded_trackers_unravel_as_before():
+    tracker = ShapeTracker.from_shape((6, 4)).reshape((2, 3, 4)).permute((1, 0, 2))
+    idxs = [index_var(k, s) for k, s in enumerate(tracker.shape)]
+    (flat,), valid = tracker.indices_in(idxs, None)
+    assert (flat, valid) == tracker.to_indexed(idxs) and valid.arg is True
