@@ -11,6 +11,8 @@ from glassgrad.codegen.opt import Opt
 from glassgrad.engine.realize import buffer_of
 from test_opt_actions import run
 
+pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU renderer's vectors, whatever the default device is
+
 SPECIAL = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.5, 1.5, 3.0, -1e-30, 7.0, np.nan, 2.0, -2.0, 0.5, 9.0])
 NUMPY = {dtypes.float32: np.float32, dtypes.float64: np.float64, dtypes.int32: np.int32, dtypes.int8: np.int8,
          dtypes.int64: np.int64, dtypes.uint8: np.uint8}  # fmt: skip
