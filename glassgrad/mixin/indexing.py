@@ -727,10 +727,14 @@ class _AdvancedIndex:
         self.result_shape = tuple((self.kept_shape + self.index_shape)[i] for i in self.result_order)
 
     def gather(self, y: Tensor) -> Tensor:
+        # the sum is built in the result's order, the picked-from axis last: its kernel then stores the result as it
+        # lies (x[samples] of MNIST images: each image's 784 pixels in a row, not the batch innermost)
+        order, kept = self.result_order + [len(self.result_order)], len(self.kept)
         lined_up = y.permute(self.kept + self.positions).reshape(
-            self.kept_shape + (1,) * len(self.index_shape) + (self.total,))  # fmt: skip
+            self.kept_shape + (1,) * len(self.index_shape) + (self.total,)).permute(order)  # fmt: skip
         onehot = self.flat.unsqueeze(-1) == _arange(self.total, y.device)
-        return _masked_sum(onehot, lined_up, -1).permute(self.result_order)
+        onehot = onehot.reshape((1,) * kept + self.index_shape + (self.total,)).permute(order)
+        return _masked_sum(onehot, lined_up, -1)
 
     def place(self, value: Tensor, y_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
         """value (of the result's shape) where the index puts it in a tensor of y_shape, and a mask of the places."""

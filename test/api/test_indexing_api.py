@@ -161,6 +161,19 @@ def test_getitem_advanced_is_one_kernel():
     assert GlobalCounters.kernel_count - before == 1
 
 
+def test_a_gather_read_by_another_kernel_is_stored_in_the_results_order():
+    """x[samples] read by a matmul (MNIST's batch read by the first convolution) gets a kernel of its own, which stores
+    the picked images in the result's order, each image's elements in a row: the batch innermost (the order the
+    one-hot sum was built in) made every read of the next kernel a gather."""
+    images, samples = np.arange(60, dtype=np.float32).reshape(5, 3, 4), [4, 1, 1, 0]
+    x, w = Tensor(images).realize(), Tensor(np.ones((12, 20), dtype=np.float32)).realize()
+    out = x[Tensor(samples).realize()].reshape(4, 12) @ w
+    gather = out.schedule()[0].ast
+    store_view = next(n for n in gather.toposort() if n.op.name == "VIEW")
+    assert store_view.arg.shape[:3] == (4, 3, 4)
+    np.testing.assert_allclose(out.numpy(), images[samples].reshape(4, 12) @ np.ones((12, 20)))
+
+
 @pytest.mark.parametrize(
     "index, error, words",
     [(3, IndexError, "index 3 is out of bounds for dimension 0 with size 3"),
