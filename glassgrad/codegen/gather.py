@@ -42,7 +42,17 @@ def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp 
     return valid.where(guard_loads(v, valid, changed).substitute({r: e}), zero)  # no out-of-range read
 
 
+def collapse_one_hot_cast_sum(red: UOp, cast: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
+    """sum_r cast(where(r == e, v(r), 0)), as a sum of small ints widened first (labels[samples] of uint8): the same,
+    with the cast on the value (a cast of 0 is 0)."""
+    if zero.arg != 0:
+        return None
+    return collapse_one_hot_sum(red, cond, cast.replace(src=(v,)), cast.const_like(0), r)
+
+
+_one_hot = UPat(Ops.WHERE, src=(UPat(name="cond"), UPat(name="v"), UPat.cvar("zero")))
 collapse_gathers = PatternMatcher([
-    (UPat(Ops.REDUCE, src=(UPat(Ops.WHERE, src=(UPat(name="cond"), UPat(name="v"), UPat.cvar("zero"))),
-                           UPat(Ops.RANGE, name="r")), name="red"), collapse_one_hot_sum),
+    (UPat(Ops.REDUCE, src=(_one_hot, UPat(Ops.RANGE, name="r")), name="red"), collapse_one_hot_sum),
+    (UPat(Ops.REDUCE, src=(UPat(Ops.CAST, src=(_one_hot,), name="cast"), UPat(Ops.RANGE, name="r")), name="red"),
+     collapse_one_hot_cast_sum),
 ])  # fmt: skip
