@@ -323,6 +323,21 @@ def _reads_a_reduction_only_through_relu(item) -> bool:
     return not any(n.op is Ops.REDUCE_AXIS for n in nodes) and any(n.op is Ops.WHERE for n in nodes)
 
 
+@pytest.mark.parametrize("rows, kernels", [(256, 5), (8, 4)], ids=["large: a buffer", "small: recomputed"])
+def test_a_relu_after_a_matmul_read_by_three_reductions_is_computed_once_when_large(device, rows, kernels):
+    """ReLU(x @ w + b) read by three sums (a batchnorm's statistics and the pooling after it, say): each kernel would
+    compute it again; with 2**16 elements or more it gets a buffer (kernelize's _shared_values), below that the extra
+    kernel costs more than the math."""
+    (a, x), (wn, w) = realized((rows, 4), device), realized((4, 256), device, seed=1)  # 256 x 256: 2**16
+    bias_np = np.linspace(-1, 1, 256, dtype=np.float32)
+    r = (x @ w + Tensor(bias_np, device=device)).relu()
+    outs = [r.sum(0), (r * r).sum(0), r.max(1)]
+    assert kernels_to_realize(*outs) == kernels  # the product, [the ReLU,] the three reductions
+    rn = np.maximum(a @ wn + bias_np, 0)
+    for got, want in zip(outs, [rn.sum(0), (rn * rn).sum(0), rn.max(1)]):
+        assert_matches(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_softmax_before_its_matmul_is_computed_once(device):
     (a, x), (b, v) = realized((4, 8, 8), device), realized((4, 8, 16), device, seed=1)
     y = x.softmax(-1) @ v

@@ -100,6 +100,8 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         for point in list(points):
             for value in _costly_values_repeated(point, points):
                 points[value], changed = None, True
+        for value in _shared_values(points):
+            points[value], changed = None, True
     order = {node: i for i, node in enumerate(UOp(Ops.SINK, dtypes.void, tuple(points)).toposort())}
     return sorted(points, key=order.__getitem__)
 
@@ -164,6 +166,38 @@ def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
                 found.append(value)
         stack.extend((s, in_reduce or node.op is Ops.REDUCE_AXIS) for s in node.src)
     return found
+
+
+MIN_READERS = 3  # kernels that would each recompute a value worth a buffer before it gets one...
+MIN_SHARED_SIZE = 1 << 16  # ...of this many elements at least: a smaller one costs a kernel more than its math
+
+
+def _computed_part(point: UOp, points: dict[UOp, None]) -> list[UOp]:
+    """The nodes the kernel of `point` computes itself: down to buffers, other points and copies."""
+    inside = lambda n: not (is_realized(n) or n in points and n is not point or n.op is Ops.COPY)
+    return [n for n in UOp(Ops.SINK, dtypes.void, _kernel_sources(point)).toposort(enter=inside) if inside(n)]
+
+
+def _shared_values(points: dict[UOp, None]) -> list[UOp]:
+    """Elementwise values worth a buffer (`_worth_a_buffer`) that MIN_READERS kernels or more would each compute:
+    a ReLU and batchnorm after a convolution, read by the batchnorm's sums, the pooling and their gradients. The
+    outermost of them only, one a pass: the values inside it are judged again once it is a point."""
+    readers: dict[UOp, set[UOp]] = {}
+    for point in points:
+        for node in _computed_part(point, points):
+            if node.op in GroupOp.ALU and node is not point:
+                readers.setdefault(node, set()).add(point)
+    chosen: list[UOp] = []
+    covered: set[UOp] = set()
+    shared = [n for n, users in readers.items()
+              if len(users) >= MIN_READERS and n.op in GroupOp.Elementwise and n.size >= MIN_SHARED_SIZE]  # fmt: skip
+    order = {n: i for i, n in enumerate(UOp(Ops.SINK, dtypes.void, tuple(shared)).toposort())} if shared else {}
+    for node in sorted(shared, key=lambda n: -order[n]):  # users before their sources
+        if node in covered or not _worth_a_buffer(node, points):
+            continue
+        chosen.append(node)
+        covered.update(_computed_part(node, {**points, node: None}))
+    return chosen
 
 
 def _worth_a_buffer(value: UOp, points: dict[UOp, None]) -> bool:
