@@ -110,6 +110,25 @@ def test_threads_do_not_change_a_row_sum(monkeypatch):
     assert all(np.array_equal(results[0], r) for r in results[1:])
 
 
+def test_a_small_kernel_whose_first_run_was_slow_goes_back_to_one_core(monkeypatch):
+    """A kernel's first run can be slow for reasons of its own (cold caches, fresh pages), which sends it to the pool;
+    a threaded run under a quarter of THREADING_THRESHOLD_S shows it is small: the next run is on one core again."""
+    from glassgrad.engine import realize as engine
+
+    monkeypatch.setattr(ops_cpu, "THREADS", 2)
+    monkeypatch.setattr(ops_cpu, "THREADING_THRESHOLD_S", 0.02)  # far above this kernel's time however busy the machine
+    engine._kernels.clear()  # this test's kernel is then the only one
+    x = Tensor(rng.standard_normal((8, 16)).astype(np.float32)).realize()
+    expected = x.numpy().sum(axis=1)
+    np.testing.assert_allclose(x.sum(axis=1).numpy(), expected, rtol=1e-5)
+    (program,) = [k.program for k in engine._kernels.values() if k.spec.name.startswith("r_") and k.spec.global_size]
+    program.single_thread_seconds = 1.0  # as if its first run had taken a second
+    np.testing.assert_allclose(x.sum(axis=1).numpy(), expected, rtol=1e-5)  # on the pool, in microseconds
+    assert program.single_thread_seconds == 0.0
+    np.testing.assert_allclose(x.sum(axis=1).numpy(), expected, rtol=1e-5)  # on one core, timed again
+    assert 0.0 < program.single_thread_seconds < ops_cpu.THREADING_THRESHOLD_S
+
+
 # ---- the thread pool ----
 
 COUNT_SOURCE = """

@@ -152,7 +152,7 @@ THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't rep
 class CPUProgram(Program):
     """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs). A kernel with an outer
     loop runs it on THREADS threads (runtime/cpu_threads.py) once one run on a single core took
-    THREADING_THRESHOLD_S or more."""
+    THREADING_THRESHOLD_S or more, and goes back to one core when a threaded run takes under a quarter of that."""
 
     threads: CThreads | None = None  # the pool, shared by every kernel, compiled when a kernel first needs it
 
@@ -181,6 +181,8 @@ class CPUProgram(Program):
             if CPUProgram.threads is None:
                 CPUProgram.threads = CThreads(CCompiler())
             CPUProgram.threads.run(self.range_fn, self._pointers(bufs), global_size[0], THREADS)
+            if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its one slow run was a cold start (caches,
+                self.single_thread_seconds = 0.0  # page faults): next time it runs on one core and is timed again
         return time.perf_counter() - start if wait else None
 
     def _pointers(self, bufs: tuple) -> ctypes.Array:
