@@ -39,7 +39,7 @@ def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp 
     valid = (e < r.src[0].arg) & (e < 0).logical_not()
     deps = range_deps(v)
     changed = {node for node in deps if node.op is Ops.INDEX and r in deps[node]}
-    return valid.where(guard_loads(v, valid, changed).substitute({r: e}), zero)  # no out-of-range read
+    return valid.where(guard_loads(v, valid, changed.__contains__).substitute({r: e}), zero)  # no out-of-range read
 
 
 def collapse_one_hot_cast_sum(red: UOp, cast: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+from collections.abc import Callable
 
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
 from glassgrad.dtype import DType, PtrDType, dtypes
@@ -89,15 +90,6 @@ def _fits_int32(views) -> bool:
     return reach < limit  # the stored views' reach bounds the flat output index the loops are unravelled from
 
 
-def unravel(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
-    """Row-major multi-index of a flat index into `shape`."""
-    idxs, stride = [], 1
-    for size in reversed(shape):
-        idxs.append(flat.const_like(0) if size == 1 else (flat // stride) % size)
-        stride *= size
-    return list(reversed(idxs))
-
-
 class Lowerer:
     """Computes the value of each AST node at given index expressions, memoized per (node, indices).
 
@@ -148,7 +140,7 @@ class Lowerer:
         inner = self.value(src, tuple(inner_idxs))
         if _is_true(valid):
             return inner
-        return valid.where(guard_loads(inner, valid, _reads_outside(inner)), inner.const_like(0))
+        return valid.where(guard_loads(inner, valid, _may_read_outside), inner.const_like(0))
 
     def _unroll(self, node: UOp, axis: int) -> int:
         return self.unroll.get(axis, 1) if node is self.unrolled else 1
@@ -224,13 +216,13 @@ def _is_true(u: UOp) -> bool:
     return u.op is Ops.CONST and u.arg is True
 
 
-def guard_loads(value: UOp, valid: UOp, which: set[UOp] | None = None) -> UOp:
-    """`value` with `valid` added to the guard of its loads (those in `which`, or all): where `valid` is false they
+def guard_loads(value: UOp, valid: UOp, which: Callable[[UOp], bool]) -> UOp:
+    """`value` with `valid` added to the guard of its loads for which `which(load)` holds: where `valid` is false they
     read no memory, since their addresses were worked out for valid positions only and may point anywhere else."""
     mapping: dict[UOp, UOp] = {}
     for node in value.toposort():
         src = tuple(mapping.get(s, s) for s in node.src)
-        if node.op is Ops.INDEX and (which is None or node in which):
+        if node.op is Ops.INDEX and which(node):
             guard = valid if len(src) < 3 else (src[2] & valid)
             mapping[node] = node.replace(src=(src[0], src[1], guard))
         elif src != node.src:
@@ -238,15 +230,12 @@ def guard_loads(value: UOp, valid: UOp, which: set[UOp] | None = None) -> UOp:
     return mapping.get(value, value)
 
 
-def _reads_outside(value: UOp) -> set[UOp]:
-    """The loads in `value` whose address may fall outside their buffer somewhere in the loops' ranges."""
-    found = set()
-    for node in value.toposort():
-        if node.op is Ops.INDEX and isinstance(node.src[0].dtype, PtrDType):
-            low, high = bounds(node.src[1])
-            if low < 0 or high >= node.src[0].dtype.size:
-                found.add(node)
-    return found
+def _may_read_outside(index: UOp) -> bool:
+    """Whether a load's address may fall outside its buffer somewhere in the loops' ranges."""
+    if not isinstance(index.src[0].dtype, PtrDType):
+        return False
+    low, high = bounds(index.src[1])
+    return low < 0 or high >= index.src[0].dtype.size
 
 
 def load(buf: UOp, idx: UOp, valid: UOp) -> UOp:

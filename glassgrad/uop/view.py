@@ -191,7 +191,7 @@ class View:
         channel instead of a division at every element."""
         given = self._valid_ranges(idxs)
         stand_ins = [given[d][0] + given[d][1] if d in given else idx for d, idx in enumerate(idxs)]
-        flat, _ = self.to_indexed(stand_ins) if given else self.to_indexed(idxs)
+        flat, _ = self.to_indexed(stand_ins)
         out = [flat] if shape is None else _unravel(flat, shape)
         if given:
             back = {place: idxs[d] - start for d, (place, start) in given.items()}
