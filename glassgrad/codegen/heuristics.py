@@ -396,11 +396,11 @@ def _across_block(shape: list[int], inner: int, axis: int, loads: list[Access]) 
                 for b in divisors(shape[axis]) if prod(a) * b + b <= VECTOR_REGISTERS]  # fmt: skip
         return max(fits, key=rank)
 
-    columns = [[inner]]
-    if prod(best([inner])) < MIN_BLOCK:  # a short inner axis (a weight gradient's 5-wide kernel row) takes a second
-        columns += [[inner, o] for o in _column_axes(shape, inner, axis, loads)]
-    chosen = max(columns, key=lambda c: rank(best(c)))
-    return [Opt("UPCAST", ax, n) for ax, n in zip((*chosen, axis), best(chosen)) if n > 1]
+    blocks = {(inner,): best([inner])}
+    if prod(blocks[(inner,)]) < MIN_BLOCK:  # a short inner axis (a weight gradient's 5-wide kernel row) takes a second
+        blocks |= {(inner, o): best([inner, o]) for o in _column_axes(shape, inner, axis, loads)}
+    chosen = max(blocks, key=lambda c: rank(blocks[c]))
+    return [Opt("UPCAST", ax, n) for ax, n in zip((*chosen, axis), blocks[chosen]) if n > 1]
 
 
 def _column_axes(shape: list[int], inner: int, axis: int, loads: list[Access]) -> list[int]:

@@ -94,13 +94,12 @@ class TinyJit(Generic[R]):
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
         self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
-        self.swapped: dict[int, list[Buffer]] = {}  # the buffer lists of the items that read an input, by item
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
-        self.sharing, self.internal, self.result_inputs, self.graph, self.swapped = (), set(), [], None, {}
+        self.sharing, self.internal, self.result_inputs, self.graph = (), set(), [], None
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -147,7 +146,6 @@ class TinyJit(Generic[R]):
         for i, j, _ in self.input_slots:  # every replay puts its own inputs in: the capture's need not stay allocated
             recorded[i].bufs[j] = None  # type: ignore[call-overload]
         self.memory_saved = _plan_replay_memory(recorded)
-        self.swapped = {i: recorded[i].bufs for i, _, _ in self.input_slots}  # the items that read an input
         # outputs that are inputs (or views of them): replays return the new inputs in their place
         input_nodes = {t.uop.base: n for n, t in enumerate(inputs)}
         self.result_inputs = []
@@ -178,6 +176,17 @@ class TinyJit(Generic[R]):
         fresh = {id(captured[r]): _fresh(inputs[n], view) for r, n, view in self.result_inputs}
         return _replace_tensors(self.result, fresh)
 
+    def _run_items(self) -> None:
+        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one)."""
+        if self.graph is None and cuda_graph.JIT_GRAPH:
+            self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
+        if self.graph and cuda_graph.JIT_GRAPH:
+            swapped = {i: self.items[i].bufs for i, _, _ in self.input_slots}  # only these can have new buffers
+            self.graph(swapped, wait=DEBUG.value >= 2)
+        else:
+            for item in self.items:
+                item.run()
+
     def _name(self) -> str:
         return getattr(self.fn, "__name__", None) or repr(self.fn)
 
@@ -197,16 +206,6 @@ class TinyJit(Generic[R]):
                 hint = "; pass values that change as Tensors" if "value" in (kind[0], captured[0]) else ""
                 raise TypeError(f"TinyJit: {_arg_name(key)} of {self._name()} was {_describe(captured)} when captured "
                                 f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
-
-    def _run_items(self) -> None:
-        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one)."""
-        if self.graph is None and cuda_graph.JIT_GRAPH:
-            self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
-        if self.graph and cuda_graph.JIT_GRAPH:
-            self.graph(self.swapped, wait=DEBUG.value >= 2)  # only the items that read inputs can have new buffers
-        else:
-            for item in self.items:
-                item.run()
 
     def _check_same_call(self, args: tuple, kwargs: dict, buffers: list[Buffer]) -> None:
         self._check_signature(_signature(args, kwargs))

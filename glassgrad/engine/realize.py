@@ -111,9 +111,9 @@ class ExecItem:
     def __init__(self, runner: CompiledKernel | CopyRunner, bufs: list[Buffer]):
         self.runner, self.bufs = runner, bufs
 
-    def run(self, bufs: list[Buffer] | None = None) -> None:
-        """Run on this item's buffers, or on `bufs` in their place (TinyJit's replay)."""
-        seconds = self.runner(bufs or self.bufs, wait=DEBUG.value >= 2)  # a buffer is allocated when its handle is read
+    def run(self) -> None:
+        """Run on this item's buffers (a TinyJit replay puts its inputs into them first)."""
+        seconds = self.runner(self.bufs, wait=DEBUG.value >= 2)  # a buffer is allocated when its handle is read
         if isinstance(self.runner, CopyRunner):
             return
         GlobalCounters.kernel_count += 1
