@@ -8,6 +8,7 @@ Everything else fuses into the kernel of the realized node above it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from glassgrad.dtype import dtypes
@@ -172,9 +173,16 @@ MIN_READERS = 3  # kernels that would each recompute a value worth a buffer befo
 MIN_SHARED_SIZE = 1 << 16  # ...of this many elements at least: a smaller one costs a kernel more than its math
 
 
+def _computes(root: UOp, points: dict[UOp, None], reductions: bool = True) -> Callable[[UOp], bool]:
+    """Whether the kernel of `root` computes a node itself: not a buffer, another point or a copy (and, without
+    `reductions`, not a reduction either)."""
+    stops = (Ops.COPY,) if reductions else (Ops.COPY, Ops.REDUCE_AXIS)
+    return lambda n: not (is_realized(n) or n in points and n is not root or n.op in stops)
+
+
 def _computed_part(point: UOp, points: dict[UOp, None]) -> list[UOp]:
-    """The nodes the kernel of `point` computes itself: down to buffers, other points and copies."""
-    inside = lambda n: not (is_realized(n) or n in points and n is not point or n.op is Ops.COPY)
+    """The nodes the kernel of `point` computes itself."""
+    inside = _computes(point, points)
     return [n for n in UOp(Ops.SINK, dtypes.void, _kernel_sources(point)).toposort(enter=inside) if inside(n)]
 
 
@@ -205,7 +213,7 @@ def _worth_a_buffer(value: UOp, points: dict[UOp, None]) -> bool:
     kernel would compute (down to buffers, points and reductions) has transcendental math, or MIN_ALU elementwise
     ops over a reduction that is a realize point (a previous layer's result, not a fresh input: recomputing `x * 2 + 1`
     of an input inside a matmul is cheaper than a round trip through memory)."""
-    computed = lambda n: not (is_realized(n) or n in points and n is not value or n.op in (Ops.REDUCE_AXIS, Ops.COPY))
+    computed = _computes(value, points, reductions=False)
     nodes = value.toposort(enter=computed)
     if any(n.op in COSTLY for n in nodes if computed(n)):
         return True
