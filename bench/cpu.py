@@ -9,7 +9,8 @@ read plus written) beside the machine's copy bandwidth (NumPy copying 64 MiB int
 beautiful_mnist training step, batch 512, ms. Every figure is a median after warm-up; ratios divide by PyTorch.
 glassgrad "BEAM=2" runs each kernel with the opts a BEAM=2 search chose: the first call searches (its time is
 printed), the timed calls read the choice from the disk cache. For the elementwise work, "glassgrad TinyJit" also
-times the default kernels replayed by TinyJit (no graph building or scheduling per call).
+times the default kernels replayed by TinyJit (no graph building or scheduling per call), and "glassgrad kernels
+alone" the same compiled kernels called back to back with no framework work around them (the floor of a call).
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ def time_glassgrad(make, flags: dict, repeats: int | None = None) -> float:
         seconds = median_seconds(lambda: make().realize(), **runs)
     engine._kernels.clear()
     return seconds
+
+
+def kernels_of(fn, arg) -> list:
+    """The compiled kernels (ExecItems, with their buffers) that realizing fn(arg) runs."""
+    engine.capturing.append(items := [])
+    try:
+        fn(arg).realize()
+    finally:
+        engine.capturing.remove(items)
+    return items
 
 
 def bench_matmul(torch, tiny) -> None:
@@ -144,10 +155,12 @@ def bench_elementwise(torch, tiny) -> None:
     for name, flags in glassgrad_modes():
         for work, nbytes, fn, arg in works:
             record(work, name, nbytes / time_glassgrad(lambda fn=fn, arg=arg: fn(arg), flags) / 1e9, "GB/s")
-    # TinyJit replays the same kernels without building and scheduling the graph again: the kernel plus ~0.1 ms
+    # TinyJit replays the same kernels without building and scheduling the graph again; "kernels alone" runs its
+    # captured kernels straight (no graph, no schedule, no replay checks): the floor any per-call Python adds to
     for work, nbytes, fn, arg in works:
         step = TinyJit(lambda t, fn=fn: fn(t).realize())
         measure(work, "glassgrad TinyJit", nbytes, lambda step=step, arg=arg: step(arg))
+        measure(work, "glassgrad kernels alone", nbytes, lambda items=kernels_of(fn, arg): [i.run() for i in items])
     if tiny is not None:
         xx, xm = tiny(x).realize(), tiny(m).realize()
         measure(chain, "tinygrad 0.14 (CPU)", chain_bytes, lambda: ((xx * 2 + 1).exp() * 0.5 - 3).realize())

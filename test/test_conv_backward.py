@@ -84,6 +84,25 @@ def test_conv2d_gradients_match_torch(x, weight, kwargs):
     check_op([x, weight], theirs, lambda x, w: x.conv2d(w, **kwargs).square(), **SUMS)
 
 
+# Batches whose weight-gradient operands outgrow the L2: on the CPU the weight gradient is summed a part of the
+# batch at a time (split_reduce.cache_sized_part), into a buffer of `parts` partial gradients
+SPLIT_CASES = [
+    ((128, 8, 14, 14), (8, 8, 3, 3), {}, 2),
+    ((256, 4, 16, 15), (6, 2, 3, 2), {"stride": 2, "padding": 1, "dilation": 2, "groups": 2}, 2),
+    ((512, 8, 100), (4, 8, 5), {"padding": 2}, 4),
+]
+
+
+@pytest.mark.parametrize("x, weight, kwargs, parts", SPLIT_CASES, ids=str)
+def test_a_large_batch_weight_gradient_summed_in_parts_matches_torch(x, weight, kwargs, parts, on_the_cpu):
+    name = f"conv{len(x) - 2}d"
+    w = Tensor.ones(*weight, requires_grad=True)
+    (gw,) = getattr(Tensor.ones(*x), name)(w, **kwargs).square().sum().gradient(w)
+    assert parts * w.numel() * 4 in _buffers_bytes(gw)
+    check_op([x, weight], lambda x, w: getattr(F, name)(x, w, **kwargs).square(),
+             lambda x, w: getattr(x, name)(w, **kwargs).square(), atol=1e-3, rtol=1e-4)  # fmt: skip
+
+
 @pytest.mark.parametrize("nd", [1, 3])
 def test_conv1d_and_conv3d_gradients_match_torch(nd):
     x, w = (2, 3, *(7,) * nd), (4, 3, *(3,) * nd)

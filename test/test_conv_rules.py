@@ -74,7 +74,8 @@ def test_the_weight_is_packed_with_the_output_channels_inside():
 def test_grouped_weights_are_packed_per_group():
     x, w = Tensor(rand(2, 4, 9, 9)).realize(), Tensor(rand(6, 2, 3, 3)).realize()
     (packed,) = buffers_read(conv.pack_broadcast_weight(conv_reduce(x, w, groups=2)))
-    assert [s for s in packed.shape if s != 1] == [2, 3, 3, 2, 3]  # (C_in / g, kH, kW, groups, C_out / g)
+    # (groups, C_in / g, kH, kW, C_out / g): each group's weight stays together, as the parts of a split sum do
+    assert [s for s in packed.shape if s != 1] == [2, 2, 3, 3, 3]
 
 
 def weight_gradient_reduce(c_in: int):
@@ -102,6 +103,18 @@ def test_a_weight_gradients_output_gradient_is_packed_with_the_channels_inside()
     (packed,) = buffers_read(out)
     assert [s for s in packed.shape if s != 1] == [2, 7, 7, 4]  # (N, H_out, W_out, C_out)
     assert conv.pack_broadcast_weight(out) is None  # packed already
+
+
+def test_a_weight_gradient_summed_in_parts_keeps_each_parts_output_gradient_together():
+    """A large batch's weight gradient sums 2 parts of 64 images (split_reduce.cache_sized_part): dY is packed as
+    (part, n, y, x, o), each part's 64 images together, not (n, y, x, part, o), where a part's kernel would read from
+    the whole buffer and no part would stay in cache."""
+    x = Tensor(rand(128, 8, 14, 14), requires_grad=True).realize()
+    w = Tensor(rand(8, 8, 3, 3), requires_grad=True).realize()
+    (gw,) = x.conv2d(w).square().sum().gradient(w)
+    reduce = next(u for u in gw.uop.toposort() if u.op is Ops.REDUCE_AXIS and u.shape[0] == 2)  # the parts' sums
+    (packed,) = buffers_read(conv.pack_broadcast_weight(reduce))
+    assert [s for s in packed.shape if s != 1] == [2, 64, 12, 12, 8]
 
 
 def test_noopt_other_devices_and_integers_get_neither_rule():

@@ -1,10 +1,20 @@
-"""Two-stage reductions on a GPU: where the split goes (everywhere), and the results and gradients (on a GPU)."""
+"""Two-stage reductions: on a GPU, where the split goes (everywhere) and the results and gradients (on a GPU); on the
+CPU, how large a part of a batch a sum takes at a time (its results: test_conv_backward.py's weight gradients)."""
 
 import numpy as np
 import pytest
 
 from glassgrad import Tensor
-from glassgrad.schedule.split_reduce import MIN_PART, SPLIT_BELOW, SPLIT_FROM, SPLIT_PARTS, split_parts
+from glassgrad.dtype import dtypes
+from glassgrad.schedule import split_reduce
+from glassgrad.schedule.split_reduce import (
+    MIN_PART,
+    SPLIT_BELOW,
+    SPLIT_FROM,
+    SPLIT_PARTS,
+    cache_sized_part,
+    split_parts,
+)
 from helpers import needs_gpu
 
 
@@ -55,3 +65,31 @@ def test_gradients_through_a_split_sum_match_numpy():
     m.max().backward()  # a max autograd differentiates stays one kernel: ties share the gradient as a whole
     expected = (data == data.max()).astype(np.float32)
     np.testing.assert_array_equal(m.grad.numpy(), expected / expected.sum())
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "n, item_bytes, outputs, dtype, expected",
+    [
+        (512, 124_928, 25_600, dtypes.float32, 8),  # beautiful_mnist's second weight gradient: 8 images of 122 KB
+        (512, 42_000, 36_864, dtypes.float32, 16),  # its fourth: 24 images would fit, 16 divides the batch
+        (512, 2 * MIB, 16, dtypes.float32, 1),  # items bigger than the cache: one at a time
+        (96, 16_000, 1_000, dtypes.float64, 48),  # the largest divisor that fits (65 images would), not a power of 2
+        (64, 16_000, 100, dtypes.float32, None),  # the whole batch fits in cache: one kernel
+        (512, 124_928, 25_600, dtypes.float16, None),  # 16-bit partial sums would round
+        (512, 124_928, 25_600, dtypes.bfloat16, None),
+        (512, 8_192, 1 << 20, dtypes.float32, None),  # partial results as large as the operands: not worth it
+    ],
+)
+def test_how_much_of_a_batch_a_cpu_sum_takes_at_a_time(n, item_bytes, outputs, dtype, expected):
+    assert cache_sized_part(n, item_bytes, outputs, dtype, "CPU") == expected
+    if expected is not None:
+        assert n % expected == 0 and (expected * item_bytes <= split_reduce.L2_BUDGET or expected == 1)
+
+
+def test_a_sum_in_cache_sized_parts_is_for_the_cpu_only(monkeypatch):
+    monkeypatch.setattr(split_reduce, "_has_blocks", lambda device: device == "CUDA")  # no GPU needed to ask
+    assert cache_sized_part(512, 124_928, 25_600, dtypes.float32, "CUDA") is None
+    assert cache_sized_part(512, 124_928, 25_600, dtypes.float32, ("CPU", "CPU:1")) is None  # sharded: left whole

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types
 from glassgrad.helpers import prod
+from glassgrad.schedule.split_reduce import cache_sized_part
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -411,8 +412,17 @@ def _conv_gradients(g: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, ...
     windows, _ = _grouped_windows(x, weight, stride, pads, dilation, groups)
     n, out_channels = g.shape[:2]
     g = g.reshape(n, groups, out_channels // groups, 1, *outs, *(1,) * nd)
-    dw = _summed(g * windows, (0, *range(4, 4 + nd)), None, weight.dtype).reshape(weight.shape)
-    return dx, dw
+    item_bytes = prod(g.shape[1:]) * g.dtype.itemsize + prod(x.shape[1:]) * x.dtype.itemsize
+    part = cache_sized_part(n, item_bytes, weight.numel(), weight.dtype, x.device)
+    if part is None:
+        return dx, _summed(g * windows, (0, *range(4, 4 + nd)), None, weight.dtype).reshape(weight.shape)
+
+    # on the CPU, a part of the batch at a time: its operands stay in cache while each block of outputs reads them
+    def parts(t: Tensor) -> Tensor:
+        return t.reshape(n // part, part, *t.shape[1:])
+
+    partial = _summed(parts(g) * parts(windows), (1, *range(5, 5 + nd)), None, weight.dtype).contiguous()
+    return dx, partial.sum(axis=0).reshape(weight.shape)
 
 
 def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: str) -> Tensor:

@@ -109,7 +109,11 @@ def pack_broadcast_weight(reduce: UOp) -> UOp | None:
         small = movement(Ops.SHRINK, movement(Ops.PERMUTE, w, order), kept)
         if prod(shape) < MIN_REUSE * prod(small.shape):
             continue
-        layout = sorted(reduced) + outputs
+        # an output axis it steps along farther than along any reduced one stays outside: the parts of a sum split
+        # over its batch (split_reduce.cache_sized_part) each keep their elements together, to be read from cache
+        widest = max(strides[a] for a in reduced)
+        outer = [a for a in varying[:-1] if strides[a] > widest]
+        layout = outer + sorted(reduced) + [a for a in outputs if a not in outer]
         packed = UOp(Ops.CONTIGUOUS, w.dtype, (movement(Ops.PERMUTE, small, layout),))
         back = movement(Ops.EXPAND, movement(Ops.PERMUTE, packed, [layout.index(a) for a in range(len(shape))]), shape)
         operand = movement(Ops.PERMUTE, back, [order.index(a) for a in range(len(shape))])
