@@ -338,6 +338,25 @@ def test_a_relu_after_a_matmul_read_by_three_reductions_is_computed_once_when_la
         assert_matches(got, want, rtol=1e-4, atol=1e-3)
 
 
+def test_a_shared_value_read_through_one_permuted_view_is_stored_in_that_order(device):
+    """The ReLU above, read by the three reductions through one reshape and permute (as a 2x2 max-pool's gradient,
+    computed window by window, is read row by row): its buffer is written in the order they read it, so each of them
+    reads it contiguously."""
+    (a, x), (wn, w) = realized((256, 4), device), realized((4, 256), device, seed=1)
+    r = (x @ w).relu().reshape(256, 16, 16).permute(0, 2, 1)
+    outs = [r.sum(0), (r * r).sum(0), r.max(2)]
+    items = outs[0].schedule(*outs[1:])
+    (relu,) = [item for item in items if _reads_a_reduction_only_through_relu(item)]
+    buffer = relu.bufs[0]
+    for item in items:
+        for load in (n for n in item.ast.toposort() if n.op is Ops.LOAD):
+            if item.bufs[load.src[0].arg] is buffer:
+                assert all(v.contiguous for v in load.src[1].arg.views), item.ast
+    rn = np.maximum(a @ wn, 0).reshape(256, 16, 16).transpose(0, 2, 1)
+    for got, want in zip(outs, [rn.sum(0), (rn * rn).sum(0), rn.max(2)]):
+        assert_matches(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_softmax_before_its_matmul_is_computed_once(device):
     (a, x), (b, v) = realized((4, 8, 8), device), realized((4, 8, 16), device, seed=1)
     y = x.softmax(-1) @ v

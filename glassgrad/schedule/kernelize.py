@@ -203,9 +203,24 @@ def _shared_values(points: dict[UOp, None]) -> list[UOp]:
     for node in sorted(shared, key=lambda n: -order[n]):  # users before their sources
         if node in covered or not _worth_a_buffer(node, points):
             continue
+        node = _in_the_order_read(node, points)
         chosen.append(node)
         covered.update(_computed_part(node, {**points, node: None}))
     return chosen
+
+
+def _in_the_order_read(value: UOp, points: dict[UOp, None]) -> UOp:
+    """`value`, or the reshaped and permuted view of it through which every kernel reads it: stored in that order,
+    its readers read it contiguously (a 2x2 max-pool's gradient, computed window by window, is read row by row)."""
+    node = value
+    while True:
+        users = {n for point in points for n in _computed_part(point, points) if node in n.src}
+        if len(users) != 1 or (user := users.pop()).op not in (Ops.RESHAPE, Ops.PERMUTE):
+            break
+        node = user
+    while node is not value and node.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is a view of it anyway
+        node = node.src[0]
+    return node
 
 
 def _worth_a_buffer(value: UOp, points: dict[UOp, None]) -> bool:
