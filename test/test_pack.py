@@ -10,6 +10,7 @@ import glassgrad.schedule.pack as pack
 from glassgrad import Context, Device, GlobalCounters, Tensor
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt
+from glassgrad.helpers import prod
 from glassgrad.uop import Ops
 from helpers import split_every_cpu_kernel
 
@@ -33,12 +34,13 @@ def rand(*shape, dtype=np.float32):
 
 
 def packed_kernels(t: Tensor) -> list:
-    """The matmul kernels of t that read packed panels: their reduction's input has the column axis split in two."""
+    """The matmul kernels of t that read packed panels: their reduction's input is the product with the column axis
+    split in two (its elements, as the kernel may merge the batch axes, or a panel of one row with its columns)."""
     packs = pack.operand_twins([t.uop], enter=lambda n: n.op is not Ops.BUFFER)
-    splits = {new.src[0].src[0].src[0].shape for node, new in packs.items() if new is not node
+    splits = {prod(new.src[0].src[0].src[0].shape) for node, new in packs.items() if new is not node
               and node.op is Ops.REDUCE_AXIS}  # fmt: skip
     reduces = [[u.src[0].shape for u in i.ast.toposort() if u.op is Ops.REDUCE_AXIS] for i in t.schedule()]
-    return [shapes for shapes in reduces if any(s in splits for s in shapes)]
+    return [shapes for shapes in reduces if any(prod(s) in splits for s in shapes)]
 
 
 def test_the_rule_splits_the_column_axis_and_packs_b_contiguously():

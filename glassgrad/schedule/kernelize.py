@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.schedule.conv import window_buffers
+from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.schedule.pack import operand_twins, pack_panels
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -341,7 +342,8 @@ def build_kernel(point: UOp) -> UOp:
     out_buffer = out if out.op is Ops.BUFFER else out.src[0]
     glob = UOp(Ops.DEFINE_GLOBAL, out.dtype.ptr(out_buffer.arg), (), 0)
     store = UOp(Ops.STORE, dtypes.void, (glob, UOp(Ops.VIEW, dtypes.void, (), store_st), ast_value))
-    return _kernel(out, list(inputs), UOp(Ops.SINK, dtypes.void, (store,)), assign=point.op is Ops.ASSIGN)
+    ast = merge_axes(UOp(Ops.SINK, dtypes.void, (store,)))
+    return _kernel(out, list(inputs), ast, assign=point.op is Ops.ASSIGN)
 
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
