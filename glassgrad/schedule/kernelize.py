@@ -192,32 +192,33 @@ def _shared_values(points: dict[UOp, None]) -> list[UOp]:
     a ReLU and batchnorm after a convolution, read by the batchnorm's sums, the pooling and their gradients. The
     outermost of them only, one a pass: the values inside it are judged again once it is a point."""
     readers: dict[UOp, set[UOp]] = {}
+    read_by: dict[UOp, set[UOp]] = {}  # node -> the nodes computed from it, in any kernel
     for point in points:
         for node in _computed_part(point, points):
+            for s in node.src:
+                read_by.setdefault(s, set()).add(node)
             if node.op in GroupOp.ALU and node is not point:
                 readers.setdefault(node, set()).add(point)
     chosen: list[UOp] = []
     covered: set[UOp] = set()
-    shared = [n for n, users in readers.items()
-              if len(users) >= MIN_READERS and n.op in GroupOp.Elementwise and n.size >= MIN_SHARED_SIZE]  # fmt: skip
+    shared = [n for n, kernels in readers.items()
+              if len(kernels) >= MIN_READERS and n.op in GroupOp.Elementwise and n.size >= MIN_SHARED_SIZE]  # fmt: skip
     order = {n: i for i, n in enumerate(UOp(Ops.SINK, dtypes.void, tuple(shared)).toposort())} if shared else {}
     for node in sorted(shared, key=lambda n: -order[n]):  # users before their sources
         if node in covered or not _worth_a_buffer(node, points):
             continue
-        node = _in_the_order_read(node, points)
+        node = _in_the_order_read(node, read_by)
         chosen.append(node)
         covered.update(_computed_part(node, {**points, node: None}))
     return chosen
 
 
-def _in_the_order_read(value: UOp, points: dict[UOp, None]) -> UOp:
-    """`value`, or the reshaped and permuted view of it through which every kernel reads it: stored in that order,
-    its readers read it contiguously (a 2x2 max-pool's gradient, computed window by window, is read row by row)."""
+def _in_the_order_read(value: UOp, read_by: dict[UOp, set[UOp]]) -> UOp:
+    """`value`, or the reshaped and permuted view of it through which every kernel reads it (`read_by`: the nodes
+    computed from each node): stored in that order, its readers read it contiguously (a 2x2 max-pool's gradient,
+    computed window by window, is read row by row)."""
     node = value
-    while True:
-        users = {n for point in points for n in _computed_part(point, points) if node in n.src}
-        if len(users) != 1 or (user := users.pop()).op not in (Ops.RESHAPE, Ops.PERMUTE):
-            break
+    while len(users := read_by.get(node, ())) == 1 and (user := next(iter(users))).op in (Ops.RESHAPE, Ops.PERMUTE):
         node = user
     while node is not value and node.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is a view of it anyway
         node = node.src[0]
