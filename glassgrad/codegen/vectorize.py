@@ -55,14 +55,19 @@ class Vectorizer:
         """The scalar graph of u at lane i."""
         return simplify(u.substitute({self.lane: self.lane.const_like(i)}))
 
+    def at_lane_0(self, idx: UOp) -> UOp:
+        """An address base + lane * step (`lane_step`) at lane 0: its other terms, simplified already."""
+        terms = [_as_term(t) for t in _sum_terms(idx) or [idx] if not self.depends[t]]
+        return _build_sum(idx, terms)
+
     def lane_indices(self, index: UOp) -> list[UOp]:
         """The INDEX of each lane. Where the address steps by a constant per lane and no guard changes with it, lane
-        0's address is simplified once and lane i's adds i * step to it (a simplify per lane was most of a kernel's
-        compile time: every store of a convolution's 16 output channels, a stride apart)."""
+        i's is lane 0's plus i * step (a simplify per lane was most of a kernel's compile time: every store of a
+        convolution's 16 output channels, a stride apart)."""
         idx, valid = index.src[1], index.src[2:]
         if any(self.depends[v] for v in valid) or (step := lane_step(idx, self.lane, self.depends)) is None:
             return [self.at_lane(index, i) for i in range(self.n)]
-        first = self.at_lane(idx, 0)
+        first = self.at_lane_0(idx)
         return [index.replace(src=(index.src[0], _plus(first, i * step), *valid)) for i in range(self.n)]
 
     def broadcast(self, u: UOp) -> UOp:
@@ -90,7 +95,7 @@ class Vectorizer:
         idx, valid = index.src[1], index.src[2:]
         if any(self.depends[v] for v in valid) or not steps_by_lane(idx, self.lane, self.depends):
             return None
-        return index.replace(src=(index.src[0], self.at_lane(idx, 0), *valid))
+        return index.replace(src=(index.src[0], self.at_lane_0(idx), *valid))
 
     def vec(self, u: UOp) -> UOp:
         if u not in self.vmemo:
