@@ -109,9 +109,7 @@ class Vectorizer:
         if u.op is Ops.LOAD:
             if (base := self.contiguous(u.src[0])) is not None:
                 return UOp(Ops.LOAD, u.dtype.vec(n), (base,))
-            if len(u.src) == 1 and u.src[0].op is Ops.INDEX:
-                return self.gather([u.replace(src=(index,)) for index in self.lane_indices(u.src[0])])
-            return self.gather([self.at_lane(u, i) for i in range(n)])
+            return self.gather([u.replace(src=(index,)) for index in self.lane_indices(u.src[0])])
         if u.op is Ops.REDUCE:
             return UOp(Ops.REDUCE, u.dtype.vec(n), (self.vec(u.src[0]), *u.src[1:]), u.arg)
         if u.op in GroupOp.Elementwise:
@@ -126,9 +124,8 @@ class Vectorizer:
         if (base := self.contiguous(index)) is not None:
             return [UOp(Ops.STORE, u.dtype, (base, self.broadcast(value)))]
         value = self.broadcast(value)
-        lanes = self.lane_indices(index) if index.op is Ops.INDEX else [self.at_lane(index, i) for i in range(self.n)]
         return [UOp(Ops.STORE, u.dtype, (lane_index, UOp(Ops.GEP, value.dtype.scalar, (value,), i)))
-                for i, lane_index in enumerate(lanes)]  # fmt: skip
+                for i, lane_index in enumerate(self.lane_indices(index))]  # fmt: skip
 
 
 def vectorize(sink: UOp) -> UOp:

@@ -32,8 +32,8 @@ def merge_axes(sink: UOp) -> UOp:
         return sink
     trackers = {v: v.arg for v in views}
     reduced = set(next(iter(reduces), ()))
-    while (axis := _mergeable_axis(trackers, reduced)) is not None:
-        trackers = {v: _merged(st, axis) for v, st in trackers.items()}
+    while (found := _merge_one(trackers, reduced)) is not None:
+        axis, trackers = found
         reduced = {a - (a > axis) for a in reduced if a != axis + 1}
     if all(trackers[v] is v.arg for v in views):
         return sink
@@ -45,16 +45,17 @@ def _full_shape(trackers: dict[UOp, ShapeTracker]) -> tuple[int, ...]:
     return tuple(max(sizes) for sizes in zip(*(st.shape for st in trackers.values()), strict=True))
 
 
-def _mergeable_axis(trackers: dict[UOp, ShapeTracker], reduced: set[int]) -> int | None:
-    """The innermost axis that merges with the next one in every view, or None."""
+def _merge_one(trackers: dict[UOp, ShapeTracker], reduced: set[int]) -> tuple[int, dict[UOp, ShapeTracker]] | None:
+    """The innermost axis that merges with the next one in every view, and the trackers with it merged; or None."""
     shape = _full_shape(trackers)
     if 0 in shape:
         return None
     for axis in reversed(range(len(shape) - 1)):
         if shape[axis] == 1 or shape[axis + 1] == 1 or (axis in reduced) != (axis + 1 in reduced):
             continue
-        if all(_merged(st, axis) is not None for st in trackers.values()):
-            return axis
+        merged = {v: _merged(st, axis) for v, st in trackers.items()}
+        if all(st is not None for st in merged.values()):
+            return axis, merged
     return None
 
 
