@@ -29,6 +29,7 @@ from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
+from glassgrad.tensor_math import int_quotient
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
@@ -750,29 +751,25 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             x, y = x._float_input(), y._float_input()
             return x._alu(Ops.MUL, y._alu(Ops.RECIP))
         if dtypes.is_int(x.dtype):
-            return x._alu(Ops.IDIV, y) if rounding_mode == "trunc" else x._floor_divide_int(y)
+            return int_quotient(x, y, rounding_mode, "div")
         quotient = x._alu(Ops.MUL, y._alu(Ops.RECIP))
         return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
-
-    def _floor_divide_int(self, y: Tensor) -> Tensor:
-        q = self._alu(Ops.IDIV, y)
-        # C division truncates; step down by one where the signs differ and it did not divide evenly
-        inexact = (q * y).ne(self) & ((self < 0) ^ (y < 0))
-        return inexact.where(q - 1, q)
 
     def idiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Integer division truncating toward zero (C semantics)."""
         x, y = self._binary_operands(other, "idiv", reverse)
-        return x._alu(Ops.IDIV, y)
+        return int_quotient(x, y, "trunc", "idiv")
 
     def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Elementwise division rounded down (Python's //)."""
-        return self.div(other, reverse, rounding_mode="floor")
+        x, y = self._binary_operands(other, "floordiv", reverse)
+        return int_quotient(x, y, "floor", "floordiv") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
 
     def mod(self, other: Any, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, as Python's % and torch.remainder."""
         x, y = self._binary_operands(other, "mod", reverse)
-        return x - x.div(y, rounding_mode="floor") * y
+        q = int_quotient(x, y, "floor", "mod") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
+        return x - q * y
 
     def neg(self) -> Tensor:
         """Elementwise negation (logical not for bool)."""

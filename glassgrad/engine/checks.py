@@ -1,0 +1,46 @@
+"""Each device's error buffer, which kernels with checks write where a check fails (codegen/checks.py), and the
+error the host raises after those kernels ran.
+
+The buffer holds two int64s: the failed check's id (0: none failed) and the bad value's bits. A kernel writes them
+only where a check fails, so a run that fails nowhere costs one read of 16 bytes per device after it; a failure is
+raised once, naming the op, the value and the bound, and the buffer is cleared for the next run.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from glassgrad.codegen.checks import ERROR_SLOTS
+from glassgrad.dtype import dtypes
+from glassgrad.runtime.device import Buffer
+
+if TYPE_CHECKING:
+    from glassgrad.engine.realize import CompiledKernel
+
+_CLEAR = bytes(8 * ERROR_SLOTS)
+_error_buffers: dict[str, Buffer] = {}
+
+
+def error_buffer(device: str) -> Buffer:
+    """The error buffer of a device, zeros until a check fails."""
+    if (found := _error_buffers.get(device)) is None:
+        found = _error_buffers[device] = Buffer(device, ERROR_SLOTS, dtypes.int64).copyin(_CLEAR)
+    return found
+
+
+def raise_failed_checks(kernels: Sequence[CompiledKernel]) -> None:
+    """Raise the error of a check that failed in these kernels with checks (which have run), clearing its record."""
+    if not kernels:
+        return
+    for device in dict.fromkeys(k.device for k in kernels):
+        errors = _error_buffers[device]
+        check_id, bits = struct.unpack("<qq", errors.as_bytes())
+        if check_id == 0:
+            continue
+        errors.copyin(_CLEAR)
+        check = next((c for k in kernels for c in k.spec.checks if c.id == check_id), None)
+        if check is None:  # a kernel run outside these (a timing) failed: nothing to name
+            raise RuntimeError(f"a check with id {check_id} failed on {device}, in none of the kernels just run")
+        raise check.error(bits)
