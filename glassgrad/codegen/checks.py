@@ -19,20 +19,21 @@ ERROR_SLOTS = 2  # the failed check's id, then its value's bits (int64 each)
 
 
 def _failure_stores(value: UOp, ok: UOp, check: Check, errors: UOp) -> list[UOp]:
-    """Where `ok` is false: errors[0] = the check's id, errors[1] = the value's bits; lane by lane for a vector."""
-    lanes = value.dtype.count
-    pairs = [(value, ok)] if lanes == 1 else [(_lane(value, i), _lane(ok, i)) for i in range(lanes)]
-    stores = []
-    for x, good in pairs:
-        failed = good.logical_not()
-        for slot, recorded in enumerate((UOp.const(dtypes.int64, check.id), bits_of(x))):
-            index = UOp(Ops.INDEX, errors.dtype, (errors, UOp.const(dtypes.int32, slot), failed))
-            stores.append(UOp(Ops.STORE, dtypes.void, (index, recorded), check))
-    return stores
+    """Where `ok` is false: errors[0] = the check's id, errors[1] = the value's bits. For vectors the gate is the
+    vector of lanes that failed: the store writes a failed lane's value, if any (tested at once, not lane by lane)."""
+    failed = UOp(Ops.CMPNE, ok.dtype, (ok, UOp.const(ok.dtype, True)))  # not ok, lane by lane for a vector
+    recorded = (UOp.const(dtypes.int64, check.id), bits_of(value))
+    return [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, errors.dtype, (errors, UOp.const(dtypes.int32, slot), failed)),
+                                         stored), check) for slot, stored in enumerate(recorded)]  # fmt: skip
 
 
-def _lane(x: UOp, i: int) -> UOp:
-    return UOp(Ops.GEP, x.dtype.scalar, (x,), i)
+def without_checks(u: UOp) -> UOp:
+    """`u` with its CHECKs replaced by their values: a copy of a value whose checks are made elsewhere."""
+    done: dict[UOp, UOp] = {}
+    for node in u.toposort():
+        src = tuple(done[s] for s in node.src)
+        done[node] = src[0] if node.op is Ops.CHECK else node if src == node.src else node.replace(src=src)
+    return done[u]
 
 
 def _with_failure_stores(errors: UOp, check: UOp, x: UOp, ok: UOp) -> UOp:

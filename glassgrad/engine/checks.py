@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.dtype import dtypes
 from glassgrad.runtime.device import Buffer
+from glassgrad.uop.check import Check
+from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.engine.realize import CompiledKernel
@@ -44,3 +46,15 @@ def raise_failed_checks(kernels: Sequence[CompiledKernel]) -> None:
         if check is None:  # a kernel run outside these (a timing) failed: nothing to name
             raise RuntimeError(f"a check with id {check_id} failed on {device}, in none of the kernels just run")
         raise check.error(bits)
+
+
+def unaffected_by(check: Check, assigns: list[UOp]) -> list[UOp]:
+    """The ASSIGN(BUFFER, KERNEL)s of a run (in the order it ran them) whose kernels neither test `check` nor read
+    anything such a kernel wrote: their results stand although the run raised."""
+    tainted: set[UOp] = set()
+    for assign in assigns:
+        kernel = assign.src[1]
+        if any(s in tainted for s in kernel.src) or any(n.arg == check for n in kernel.arg.ast.toposort()
+                                                        if n.op is Ops.CHECK):  # fmt: skip
+            tainted.add(assign)
+    return [a for a in assigns if a not in tainted]

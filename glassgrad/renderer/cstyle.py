@@ -224,6 +224,14 @@ class CStyleRenderer(Renderer):
             body = f"b == 0 ? 0 : b == -1 ? ({t})(0 - ({self.type_name(UNSIGNED[dtype])})a) : a / b"
         return f"static inline {t} {fn}({t} a, {t} b) {{ return {body}; }}"
 
+    def any_helper(self, lanes: int) -> str:
+        """gg_anyN(v): whether any lane of a bool vector of N lanes is set, its bytes read as whole integers."""
+        t, words = self.type_name(dtypes.bool.vec(lanes)), -(-lanes // 8)
+        return (
+            f"static inline _Bool gg_any{lanes}({t} v) {{ unsigned long long w[{words}] = {{0}}; "
+            f"__builtin_memcpy(w, &v, {lanes}); return ({' | '.join(f'w[{i}]' for i in range(words))}) != 0; }}"
+        )
+
     def fma_helper(self, dtype: DType) -> list[str]:
         """T_fma(a, b, c): a lane-wise fused multiply-add on a vector (an instruction where the CPU has one)."""
         t, n, size = self.type_name(dtype), dtype.count, dtype.itemsize
@@ -264,6 +272,9 @@ class CStyleRenderer(Renderer):
         }
         for op, dtype in sorted(divisions, key=lambda d: (d[0].value, d[1].priority)):
             lines.append(self.division_helper(op, dtype))
+        for lanes in sorted({u.src[0].src[2].dtype.count for u in program if u.op is Ops.STORE and len(u.src[0].src) > 2
+                             and u.src[0].src[2].dtype.count > 1}):  # fmt: skip
+            lines.append(self.any_helper(lanes))
         scalar_max = {u.dtype.scalar for u in program if u.op is Ops.MAX}
         for dtype in sorted(scalar_max, key=lambda d: d.priority):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
@@ -364,9 +375,20 @@ class CKernelWriter:
         self.line(f"{self.r.type_name(u.dtype)} {name} = {value};")
 
     def store(self, u: UOp) -> None:
+        if len(u.src[0].src) > 2 and (lanes := u.src[0].src[2].dtype.count) > 1:
+            return self.lane_store(u, lanes)
         address, gate = self.index(u.src[0], u.src[1].dtype)
         statement = f"{address} = {self.names[u.src[1]]};"
         self.line(statement if gate is None else f"if ({gate}) {statement}")
+
+    def lane_store(self, u: UOp, lanes: int) -> None:
+        """A store to one address gated by a vector (a check's record of a failure): where any lane's gate holds, the
+        value of such a lane. The lanes are tested together, so a check that passes costs one test a vector."""
+        buf, idx, gate = (self.names[s] for s in u.src[0].src)
+        value = f"{self.names[u.src[1]]}[l]" if u.src[1].dtype.count > 1 else self.names[u.src[1]]
+        self.line(
+            f"if (gg_any{lanes}({gate})) for (int l = 0; l < {lanes}; l++) if ({gate}[l]) *({buf}+{idx}) = {value};"
+        )
 
     def define_acc(self, u: UOp) -> None:
         name = self.names[u] = self.fresh("acc")

@@ -19,11 +19,17 @@ from glassgrad.dtype import DType, dtypes
 from glassgrad.uop.ops import Ops, UOp
 
 
-class IndexOutOfBoundsError(IndexError, RuntimeError):
+class CheckFailed(RuntimeError):
+    """A value failed its check; `check` is the Check (None where the error was found before any kernel ran)."""
+
+    check: Check | None = None
+
+
+class IndexOutOfBoundsError(IndexError, CheckFailed):
     """An index outside its dimension: an IndexError, and the RuntimeError PyTorch raises for gather and scatter."""
 
 
-class DivisionByZeroError(ZeroDivisionError, RuntimeError):
+class DivisionByZeroError(ZeroDivisionError, CheckFailed):
     """Integer division by zero: a ZeroDivisionError, and the RuntimeError("ZeroDivisionError") PyTorch raises."""
 
 
@@ -76,8 +82,9 @@ class Check:
         """The exception for a failed check whose value the kernel recorded as the 64 bits `bits` (bits_of)."""
         value = value_from_bits(bits, self.dtype)
         text = str(value) if not self.holds_for(value) else "(unknown: another check failed at the same time)"
-        message = self.message.format(value=text)
-        return DivisionByZeroError(message) if self.nonzero else IndexOutOfBoundsError(message)
+        error = (DivisionByZeroError if self.nonzero else IndexOutOfBoundsError)(self.message.format(value=text))
+        error.check = self
+        return error
 
 
 def records_failure(u: UOp) -> bool:
@@ -86,11 +93,12 @@ def records_failure(u: UOp) -> bool:
 
 
 def bits_of(x: UOp) -> UOp:
-    """The value of a scalar kernel value as the int64 that the error buffer holds: an int widened, a float's float64
-    bits."""
+    """A kernel value (each lane of a vector) as the int64 that the error buffer holds: an int widened, a float's
+    float64 bits."""
+    wide, lanes = dtypes.int64.vec(x.dtype.count), x.dtype.count
     if dtypes.is_float(x.dtype):
-        return UOp(Ops.BITCAST, dtypes.int64, (x.cast(dtypes.float64),))
-    return x.cast(dtypes.int64)
+        return UOp(Ops.BITCAST, wide, (x.cast(dtypes.float64.vec(lanes)),))
+    return x.cast(wide)
 
 
 def value_from_bits(bits: int, dtype: DType) -> int | float:
