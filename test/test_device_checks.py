@@ -18,8 +18,8 @@ from glassgrad import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes, 
 from glassgrad.codegen import get_program
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime import ops_cuda
-from glassgrad.runtime.ops_cuda import CUDAUnavailable
 from glassgrad.uop.ops import Ops
+from helpers import needs_nvrtc
 
 F = torch.nn.functional
 
@@ -216,6 +216,20 @@ def test_the_error_is_raised_when_realized_and_later_work_runs(device):
     assert (ints([7, 9]) // ints([2, 4])).tolist() == [3, 2]
 
 
+def test_what_does_not_depend_on_a_failed_check_is_kept(device):
+    """An assign realized with a failing lookup ran once: the next realize does not run it again."""
+    counter = Tensor([0], dtype=dtypes.int32).contiguous().realize()
+    counter.assign(counter + 1)
+    looked_up = Tensor(X).gather(0, ints([5]))
+    try:
+        Tensor.realize(counter, looked_up)
+    except IndexError as error:
+        assert "gather: index 5" in str(error)
+    assert counter.tolist() == [1]
+    with pytest.raises(IndexError, match="gather: index 5"):  # the failed lookup itself is still to compute
+        looked_up.tolist()
+
+
 def test_a_check_costs_no_kernel_and_gathers_stay_one_load(device):
     table, picks = Tensor.arange(997).float().realize(), ints([3, 996, 5]).realize()
     GlobalCounters.reset()
@@ -370,15 +384,7 @@ def test_no_integer_edge_case_kills_the_process(device_name):
 # ---- CUDA: the checks and the division helpers render and compile (NVRTC, no GPU needed) ----
 
 
-def _nvrtc_missing() -> str | None:
-    try:
-        ops_cuda.libnvrtc()
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-@pytest.mark.skipif(_nvrtc_missing() is not None, reason="needs NVRTC (pip install nvidia-cuda-nvrtc)")
+@needs_nvrtc
 def test_cuda_kernels_with_checks_compile():
     a, b = Tensor.empty(4096, dtype=dtypes.int32), Tensor.empty(4096, dtype=dtypes.int64)
     outs = [
