@@ -43,7 +43,7 @@ def raise_failed_checks(kernels: Sequence[CompiledKernel]) -> None:
             continue
         errors.copyin(_CLEAR)
         check = next((c for k in kernels for c in k.spec.checks if c.id == check_id), None)
-        if check is None:  # a kernel run outside these (a timing) failed: nothing to name
+        if check is None:  # a kernel run by hand, outside run_schedule and TinyJit, recorded it
             raise RuntimeError(f"a check with id {check_id} failed on {device}, in none of the kernels just run")
         raise check.error(bits)
 

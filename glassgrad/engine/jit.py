@@ -184,13 +184,15 @@ class TinyJit(Generic[R]):
         check of theirs failed."""
         if self.graph is None and cuda_graph.JIT_GRAPH:
             self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
-        if self.graph and cuda_graph.JIT_GRAPH:
-            swapped = {i: self.items[i].bufs for i, _, _ in self.input_slots}  # only these can have new buffers
-            self.graph(swapped, wait=DEBUG.value >= 2)
-        else:
-            for item in self.items:
-                item.run()
-        raise_failed_checks(self.checking)
+        try:
+            if self.graph and cuda_graph.JIT_GRAPH:
+                swapped = {i: self.items[i].bufs for i, _, _ in self.input_slots}  # only these can have new buffers
+                self.graph(swapped, wait=DEBUG.value >= 2)
+            else:
+                for item in self.items:
+                    item.run()
+        finally:
+            raise_failed_checks(self.checking)
 
     def _name(self) -> str:
         return getattr(self.fn, "__name__", None) or repr(self.fn)

@@ -158,11 +158,13 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
-    for exec_item in items:
-        exec_item.run()
-        for captured in capturing:
-            captured.append(exec_item)
-    raise_failed_checks(checking_kernels(items))
+    try:
+        for exec_item in items:
+            exec_item.run()
+            for captured in capturing:
+                captured.append(exec_item)
+    finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
+        raise_failed_checks(checking_kernels(items))
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:
