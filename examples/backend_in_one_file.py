@@ -98,7 +98,7 @@ class NumpyRenderer(Renderer):
                 names[u] = f"val{i}"
                 lines.append(f"val{i} = load({src[0]})")
             elif u.op is Ops.STORE:
-                lines.append(f"store({src[0]}, {src[1]})")
+                lines.append(f"store({src[1]}, {src[0]})")  # the value first: the address may end with a gate
             elif u.op is Ops.DEFINE_ACC:
                 names[u] = f"acc{u.arg}"
                 loops_at[u] = len(open_loops)
@@ -157,8 +157,9 @@ def load(data: np.ndarray, idx, valid=True):
     return np.where(valid, values, data.dtype.type(0))
 
 
-def store(data: np.ndarray, idx, value, valid=True) -> None:
-    """data[idx] = value for every iteration; only where `valid` when there is a gate."""
+def store(value, data: np.ndarray, idx, valid=True) -> None:
+    """data[idx] = value for every iteration; only where `valid` when there is a gate (a check's record of a
+    failure: every iteration that fails writes, and one of them is what stays)."""
     idx, value, valid = np.broadcast_arrays(idx, value, valid)
     data[idx[valid]] = value[valid]
 

@@ -241,6 +241,15 @@ def test_a_check_costs_no_kernel_and_gathers_stay_one_load(device):
     assert spec.checks and "< 997;" not in spec.src  # checked, and no loop over the table
 
 
+def test_a_check_that_always_passes_leaves_the_kernel_as_it_was():
+    """uint8 ids into 256 rows, and arange's values, cannot fail: the kernel is the one without CHECK nodes."""
+    for out in (Tensor.empty(256, 8)[Tensor.empty(5, dtype=dtypes.uint8)], Tensor.empty(8, 4)[Tensor.arange(8)]):
+        (item,) = [i for i in out.schedule() if i.ast.op is Ops.SINK]
+        unchecked = item.ast.substitute({n: n.src[0] for n in item.ast.toposort() if n.op is Ops.CHECK})
+        assert unchecked is not item.ast  # it had a check
+        assert get_program(item.ast, Device["CPU"].renderer).src == get_program(unchecked, Device["CPU"].renderer).src
+
+
 def test_kernels_without_checks_take_no_error_buffer():
     a, b = Tensor.empty(16, 16), Tensor.empty(16, 16)
     for out in (a @ b, (a * 2 + b).exp(), Tensor.empty(256, 8)[Tensor.empty(5, dtype=dtypes.uint8)],
@@ -342,6 +351,16 @@ def test_integer_division_by_zero_raises_like_torch(device, dtype, op):
     assert isinstance(info.value, ZeroDivisionError)
     with pytest.raises(ZeroDivisionError):  # a constant 0: at once, as PyTorch
         fn(Tensor([5, 6], dtype=dtype), 0)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.uint16, dtypes.uint32, dtypes.uint64], ids=str)
+def test_unsigned_division_by_zero_raises(device, dtype):
+    """PyTorch 2.13 has no floor division of these dtypes on the CPU; NumPy's results where the divisor is not 0."""
+    a, b = np.array([7, dtypes.max(dtype), 0], np.uint64), np.array([2, 3, 5], np.uint64)
+    assert (Tensor(a.tolist(), dtype=dtype) // Tensor(b.tolist(), dtype=dtype)).tolist() == (a // b).tolist()
+    assert (Tensor(a.tolist(), dtype=dtype) % Tensor(b.tolist(), dtype=dtype)).tolist() == (a % b).tolist()
+    with pytest.raises(ZeroDivisionError, match="mod: integer division by zero"):
+        (Tensor(a.tolist(), dtype=dtype) % Tensor([2, 0, 5], dtype=dtype)).tolist()
 
 
 def test_the_python_device_interprets_a_failing_division_without_raising_inside():
