@@ -98,7 +98,8 @@ class NumpyRenderer(Renderer):
                 names[u] = f"val{i}"
                 lines.append(f"val{i} = load({src[0]})")
             elif u.op is Ops.STORE:
-                lines.append(f"store({src[0]}, {src[1]})")
+                data, idx, *gate = (names[s] for s in u.src[0].src)  # a gate if there is padding (or a check)
+                lines.append(f"store({data}, {idx}, {src[1]}{f', valid={gate[0]}' if gate else ''})")
             elif u.op is Ops.DEFINE_ACC:
                 names[u] = f"acc{u.arg}"
                 loops_at[u] = len(open_loops)
@@ -158,7 +159,8 @@ def load(data: np.ndarray, idx, valid=True):
 
 
 def store(data: np.ndarray, idx, value, valid=True) -> None:
-    """data[idx] = value for every iteration; only where `valid` when there is a gate."""
+    """data[idx] = value for every iteration; only where `valid` when there is a gate (a check's record of a
+    failure: every iteration that fails writes, and one of them is what stays)."""
     idx, value, valid = np.broadcast_arrays(idx, value, valid)
     data[idx[valid]] = value[valid]
 

@@ -86,6 +86,7 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.WHERE: lambda g, node, c, x, y, out: _where_grad(g, c),
     Ops.TRUNC: lambda g, node, x, out: (g * 0,),
     Ops.CAST: lambda g, node, x, out: (g.cast(x.dtype),),
+    Ops.CHECK: lambda g, node, x, out: (g,),
     Ops.CONTIGUOUS: lambda g, node, x, *unique_and_out: (g, None),
     Ops.COPY: lambda g, node, x, dev, out: (g.to(x.device), None),
     Ops.REDUCE_AXIS: lambda g, node, x, out: _reduce_grad(g, node, x, out),

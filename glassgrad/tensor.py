@@ -20,6 +20,7 @@ from glassgrad.dtype import (
     to_dtype,
     truncate,
 )
+from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.helpers import prod
@@ -29,6 +30,8 @@ from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
+from glassgrad.tensor_math import int_quotient
+from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
@@ -253,11 +256,14 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         start, before = time.perf_counter(), GlobalCounters.kernel_count
         tensors = (self, *others, *_readers_of_overwritten((self, *others)))
         scheduled = _kernelize(tensors)
-        run_schedule(scheduled.items, _intermediates(scheduled.mapping, tensors))
-        realized = {n: _renamed_after_assign(n) for n in scheduled.assigns}
-        _become(realized)
-        for t, root in zip(tensors, scheduled.roots):
-            t._set_uop(root.substitute(realized))
+        intermediates = _intermediates(scheduled.mapping, tensors)
+        try:
+            run_schedule(scheduled.items, intermediates)
+        except CheckFailed as error:  # what ran apart from the failure stands (an assign must not run twice); what
+            kept = unaffected_by(error.check, scheduled.assigns)  # reads the failure stays to run, and raises again
+            _realized(tensors, scheduled, [a for a in kept if a.src[0] not in intermediates])
+            raise
+        _realized(tensors, scheduled, scheduled.assigns)
         timed_realize_summary(start, before)
         return self
 
@@ -750,29 +756,25 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             x, y = x._float_input(), y._float_input()
             return x._alu(Ops.MUL, y._alu(Ops.RECIP))
         if dtypes.is_int(x.dtype):
-            return x._alu(Ops.IDIV, y) if rounding_mode == "trunc" else x._floor_divide_int(y)
+            return int_quotient(x, y, rounding_mode, "div")
         quotient = x._alu(Ops.MUL, y._alu(Ops.RECIP))
         return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
-
-    def _floor_divide_int(self, y: Tensor) -> Tensor:
-        q = self._alu(Ops.IDIV, y)
-        # C division truncates; step down by one where the signs differ and it did not divide evenly
-        inexact = (q * y).ne(self) & ((self < 0) ^ (y < 0))
-        return inexact.where(q - 1, q)
 
     def idiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Integer division truncating toward zero (C semantics)."""
         x, y = self._binary_operands(other, "idiv", reverse)
-        return x._alu(Ops.IDIV, y)
+        return int_quotient(x, y, "trunc", "idiv")
 
     def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Elementwise division rounded down (Python's //)."""
-        return self.div(other, reverse, rounding_mode="floor")
+        x, y = self._binary_operands(other, "floordiv", reverse)
+        return int_quotient(x, y, "floor", "floordiv") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
 
     def mod(self, other: Any, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, as Python's % and torch.remainder."""
         x, y = self._binary_operands(other, "mod", reverse)
-        return x - x.div(y, rounding_mode="floor") * y
+        q = int_quotient(x, y, "floor", "mod") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
+        return x - q * y
 
     def neg(self) -> Tensor:
         """Elementwise negation (logical not for bool)."""
@@ -1077,6 +1079,14 @@ def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set
     reached = set(UOp(Ops.SINK, dtypes.void, tuple(live)).toposort(enter=lambda n: n.op not in _NOT_ENTERED))
     reached |= {_resolve(n).base for n in reached if n in _replaced}
     return {assign.src[0] for node, assign in fresh.items() if node not in reached and assign not in reached}
+
+
+def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:
+    """Point the tensors, and every graph, at the buffers the kernels of the assigns `ran` filled."""
+    realized = {n: _renamed_after_assign(n) for n in ran}
+    _become(realized)
+    for t, root in zip(tensors, scheduled.roots):
+        t._set_uop(root.substitute(realized))
 
 
 def _renamed_after_assign(assigned: UOp) -> UOp:

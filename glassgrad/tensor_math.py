@@ -1,5 +1,5 @@
-"""Elementwise math composed from the primitive ops, where it takes more than a line: pow, with PyTorch's semantics
-(and the small helpers the math and random mixins share).
+"""Elementwise math composed from the primitive ops, where it takes more than a line: integer division, and pow with
+PyTorch's semantics (and the small helpers the math and random mixins share).
 
 Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf and NaN), and
 gradients follow PyTorch's pow, including at a base of 0: d/dx x**y is 0 for y > 1, 1 for y = 1, +inf for
@@ -14,12 +14,24 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, result_type_with_scalar
+from glassgrad.tensor_checks import nonzero_divisor
+from glassgrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
 # Whole scalar exponents up to this size become multiplications: exact gradients at 0, and more accurate than exp2.
 LARGEST_MULTIPLIED_EXPONENT = 32
+
+
+def int_quotient(x: Tensor, y: Tensor, rounding_mode: str, op: str) -> Tensor:
+    """x / y of integers, rounded toward zero ("trunc") or down ("floor"). A divisor of 0 raises, naming `op`: at once
+    where it is a constant, else when the kernel has run (MIN / -1 wraps to MIN, as in PyTorch)."""
+    q = x._alu(Ops.IDIV, nonzero_divisor(y, op))
+    if rounding_mode == "trunc":
+        return q
+    inexact = (q * y).ne(x) & ((x < 0) ^ (y < 0))  # C truncates: one less where signs differ, y does not divide x
+    return inexact.where(q - 1, q)
 
 
 def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:

@@ -30,6 +30,20 @@ def _cuda_missing() -> str | None:
 CUDA_MISSING = _cuda_missing()
 needs_gpu = pytest.mark.skipif(CUDA_MISSING is not None, reason=f"needs a GPU: {CUDA_MISSING}")
 
+
+def _nvrtc_missing() -> str | None:
+    """Why NVRTC cannot be loaded here, or None where it can (compiling CUDA C needs no GPU)."""
+    from glassgrad.runtime.ops_cuda import CUDAUnavailable, libnvrtc
+
+    try:
+        libnvrtc()
+    except CUDAUnavailable as e:
+        return str(e)
+    return None
+
+
+needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None, reason="needs NVRTC (pip install nvidia-cuda-nvrtc)")
+
 # the devices the API tests run on; CUDA=1 adds the GPU (and makes it the default device)
 DEVICES = ("CPU", "PYTHON") + (("CUDA",) if getenv("CUDA", 0) else ())
 

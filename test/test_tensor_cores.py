@@ -24,8 +24,7 @@ from glassgrad.renderer.cuda_tc import TILE_CONFIGS
 from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS, WGMMA_CONFIGS, WgmmaConfig
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
-from glassgrad.runtime.ops_cuda import CUDAUnavailable
-from helpers import needs_gpu
+from helpers import needs_gpu, needs_nvrtc
 
 TORCH = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
@@ -149,15 +148,7 @@ def test_the_source_has_the_tensor_core_pipeline_and_the_epilogue():
     assert spec.ops == 2 * 512 * 512 * 256
 
 
-def _nvrtc_missing() -> str | None:
-    try:
-        ops_cuda.libnvrtc()
-    except CUDAUnavailable as e:
-        return str(e)
-    return None
-
-
-@pytest.mark.skipif(_nvrtc_missing() is not None, reason="needs NVRTC (pip install nvidia-cuda-nvrtc)")
+@needs_nvrtc
 @pytest.mark.parametrize("config", range(len(HOPPER_CONFIGS)))
 @pytest.mark.parametrize("form,dtype", [("a@b", dtypes.float16), ("a.T@b.T", dtypes.bfloat16)])
 def test_every_tile_configuration_compiles_for_sm_90_without_spills(config, form, dtype):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glassgrad.codegen.checks import checks_of, passed_checks, record_failures
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
@@ -12,6 +13,7 @@ from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
 from glassgrad.codegen.vectorize import vectorize
 from glassgrad.helpers import BEAM, NOOPT, colored, prod
 from glassgrad.renderer import Renderer
+from glassgrad.uop.check import Check, records_failure
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import symbolic
@@ -30,6 +32,7 @@ class ProgramSpec:
     opts: tuple[Opt, ...] = ()
     local_size: tuple[int, ...] | None = None  # threads sharing one global index (Renderer.launch_size)
     display_name: str = ""  # the name with its parts coloured by kind, for DEBUG output
+    checks: tuple[Check, ...] = ()  # what the kernel checks; it then takes the error buffer after its own buffers
 
 
 def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
@@ -56,10 +59,10 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
         where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
         raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {where}")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
-    sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers)
+    sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers + passed_checks)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
-    return vectorize(sink)
+    return record_failures(vectorize(sink))
 
 
 # colours of a kernel name's parts, as in seed 003: output loops blue (tiles cyan), a block's LOCAL threads light blue,
@@ -121,7 +124,7 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
             trips *= u.src[0].arg
         elif u.op is Ops.ENDRANGE:
             trips = stack.pop()
-        elif u.op in (Ops.LOAD, Ops.STORE):
+        elif u.op is Ops.LOAD or u.op is Ops.STORE and not records_failure(u):
             mem += trips * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
         elif u.op in GroupOp.ALU and u not in indexing:
             ops += trips * u.dtype.count * (2 if u.op is Ops.MULACC else 1)  # a fused multiply-add is two
@@ -154,4 +157,4 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     outer = outer_output_loop(program, sink.arg or 0)
     global_size, local_size = renderer.launch_size(program, outer)
     return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts,
-                       local_size, kernel_name(ast, opts, color=True))  # fmt: skip
+                       local_size, kernel_name(ast, opts, color=True), checks_of(program))  # fmt: skip

@@ -7,6 +7,7 @@ As written that reads all n positions; this rule turns it into the one load `v(e
 
 from __future__ import annotations
 
+from glassgrad.codegen.checks import without_checks
 from glassgrad.codegen.linearize import range_deps
 from glassgrad.codegen.lowerer import guard_loads
 from glassgrad.dtype import dtypes
@@ -36,10 +37,18 @@ def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp 
     e = _index_compared_with(cond, r)
     if e is None:
         return None
-    valid = (e < r.src[0].arg) & (e < 0).logical_not()
+    n = r.src[0].arg
     deps = range_deps(v)
     changed = {node for node in deps if node.op is Ops.INDEX and r in deps[node]}
-    return valid.where(guard_loads(v, valid, changed.__contains__).substitute({r: e}), zero)  # no out-of-range read
+    picked = guard_loads(v, in_range(e, n), changed.__contains__).substitute({r: e})  # no out-of-range read
+    # e's checks (CHECK nodes) are made beside the guard of the loads at e (for vector lanes: lane by lane, where that
+    # guard is tested anyway), and the select reads e unchecked; where no load reads at e, the select checks it
+    return in_range(without_checks(e) if changed else e, n).where(picked, zero)
+
+
+def in_range(e: UOp, n: int) -> UOp:
+    """0 <= e < n."""
+    return (e < n) & (e < 0).logical_not()
 
 
 def collapse_one_hot_cast_sum(red: UOp, cast: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:

@@ -36,6 +36,10 @@ class Linearizer:
             return self.emitted[node]
         if node.op is Ops.REDUCE and node.src[1].op is Ops.RANGE:
             result = self._emit_reduce(node)
+        elif node.op is Ops.CHECK:  # its value, with the stores that record a failure (codegen/checks.py) beside it
+            for store in node.src[1:]:
+                self.emit(store)
+            result = self.emit(node.src[0])
         else:
             result = node.replace(src=tuple(self.emit(s) for s in node.src))
             self.program.append(result)

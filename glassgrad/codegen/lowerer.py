@@ -125,6 +125,9 @@ class Lowerer:
             return self._lower_view(node, idxs)
         if node.op is Ops.REDUCE_AXIS:
             return self._lower_reduce(node, idxs)
+        if node.op is Ops.CHECK:  # the value, and the condition on it (which simplifying may find always true)
+            value = self.value(node.src[0], idxs)
+            return UOp(Ops.CHECK, value.dtype, (value, node.arg.holds(value)), node.arg)
         if node.op in GroupOp.Elementwise:
             return node.replace(src=tuple(self.value(s, idxs) for s in node.src))
         raise NotImplementedError(f"cannot lower {node.op} inside a kernel")
@@ -218,13 +221,17 @@ def _is_true(u: UOp) -> bool:
 
 def guard_loads(value: UOp, valid: UOp, which: Callable[[UOp], bool]) -> UOp:
     """`value` with `valid` added to the guard of its loads for which `which(load)` holds: where `valid` is false they
-    read no memory, since their addresses were worked out for valid positions only and may point anywhere else."""
+    read no memory, since their addresses were worked out for valid positions only and may point anywhere else. Its
+    checks (CHECK(x, ok)) pass there too: they would test values that stand for nothing (a load that read no memory
+    gives 0, which no divisor may be)."""
     mapping: dict[UOp, UOp] = {}
     for node in value.toposort():
         src = tuple(mapping.get(s, s) for s in node.src)
         if node.op is Ops.INDEX and which(node):
             guard = valid if len(src) < 3 else (src[2] & valid)
             mapping[node] = node.replace(src=(src[0], src[1], guard))
+        elif node.op is Ops.CHECK:
+            mapping[node] = node.replace(src=(src[0], src[1] | valid.logical_not()))
         elif src != node.src:
             mapping[node] = node.replace(src=src)
     return mapping.get(value, value)

@@ -18,7 +18,9 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
+from glassgrad.dtype import dtypes
 from glassgrad.helpers import DEBUG, cache_dir, prod
 from glassgrad.uop.ops import Ops, UOp
 
@@ -115,6 +117,8 @@ class Timer:
         globals_ = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
         self.bufs = [_filled(Buffer(device, max(g.dtype.size, 1), g.dtype.base)) for g in globals_]
         self.warm = False  # until a candidate has run WARMUP_RUNS times on the buffers
+        # where candidates with checks record failures, on scratch data that means nothing (not the device's own)
+        self.errors = Buffer(device, ERROR_SLOTS, dtypes.int64).ensure_allocated()
 
     def seconds(self, opts: tuple[Opt, ...], best: float) -> float:
         """The median time of a few runs (one, when the first is much slower than `best`); inf if it fails."""
@@ -127,7 +131,7 @@ class Timer:
             if DEBUG >= 2:
                 print(f"BEAM: {list(opts)} failed: {error}")
             return float("inf")
-        handles = [b.handle for b in self.bufs]
+        handles = [b.handle for b in self.bufs] + ([self.errors.handle] if spec.checks else [])
         warmup, self.warm = (0 if self.warm else WARMUP_RUNS), True
         times = []
         for run in range(warmup + TIMING_RUNS):

@@ -128,7 +128,10 @@ def match_matmul(ast: UOp) -> Matmul | None:
     """The kernel as a batched matrix product of 16-bit floats with float32 accumulation, or None."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return None
-    reduces = [n for n in ast.toposort() if n.op is Ops.REDUCE_AXIS]
+    nodes = ast.toposort()
+    if any(n.op is Ops.CHECK for n in nodes):
+        return None  # the tensor-core kernels take no error buffer
+    reduces = [n for n in nodes if n.op is Ops.REDUCE_AXIS]
     if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or len(reduces[0].arg[1]) != 1:
         return None
     reduce = reduces[0]

@@ -9,6 +9,9 @@ and is broadcast where a vector needs it.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import _as_term, _build_sum, _sum_terms, simplify
 
@@ -47,7 +50,8 @@ class Vectorizer:
         self.lane, self.n = lane, lane.arg[1]
         self.depends: dict[UOp, bool] = {}  # lane i of GEP(x, i) is one value: what reads it is scalar again
         for node in sink.toposort():
-            self.depends[node] = node is lane or (node.op is not Ops.GEP and any(self.depends[s] for s in node.src))
+            values = node.src[:1] if node.op is Ops.CHECK else node.src  # a CHECK's value is its first source's
+            self.depends[node] = node is lane or (node.op is not Ops.GEP and any(self.depends[s] for s in values))
         self.memo: dict[UOp, UOp] = {}
         self.vmemo: dict[UOp, UOp] = {}
 
@@ -83,6 +87,12 @@ class Vectorizer:
                 self.memo[u] = (
                     UOp(Ops.GEP, u.dtype, (self.vec(u.src[0]),), u.arg) if self.depends[u.src[0]] else u.src[0]
                 )
+            elif u.op is Ops.CHECK and self.depends[u.src[1]]:  # one value, tested in every lane (under a lane's guard)
+                ok = self.vec(u.src[1])
+                every = functools.reduce(
+                    operator.and_, [UOp(Ops.GEP, ok.dtype.scalar, (ok,), i) for i in range(self.n)]
+                )
+                self.memo[u] = u.replace(src=(self.scalar(u.src[0]), every))
             else:
                 self.memo[u] = u.replace(src=tuple(self.scalar(s) for s in u.src)) if u.src else u
         return self.memo[u]

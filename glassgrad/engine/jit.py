@@ -12,8 +12,9 @@ import gc
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from glassgrad.engine.checks import raise_failed_checks
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import ExecItem, _buffers, buffer_of, capturing
+from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, capturing, checking_kernels
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
@@ -94,12 +95,13 @@ class TinyJit(Generic[R]):
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
         self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
+        self.checking: list[CompiledKernel] = []  # the captured kernels that check values: read after each replay
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
-        self.sharing, self.internal, self.result_inputs, self.graph = (), set(), [], None
+        self.sharing, self.internal, self.result_inputs, self.graph, self.checking = (), set(), [], None, []
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -138,6 +140,7 @@ class TinyJit(Generic[R]):
         finally:
             capturing.remove(recorded)
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
+        self.checking = checking_kernels(recorded)
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
@@ -177,15 +180,19 @@ class TinyJit(Generic[R]):
         return _replace_tensors(self.result, fresh)
 
     def _run_items(self) -> None:
-        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one)."""
+        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one); raise where a
+        check of theirs failed."""
         if self.graph is None and cuda_graph.JIT_GRAPH:
             self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
-        if self.graph and cuda_graph.JIT_GRAPH:
-            swapped = {i: self.items[i].bufs for i, _, _ in self.input_slots}  # only these can have new buffers
-            self.graph(swapped, wait=DEBUG.value >= 2)
-        else:
-            for item in self.items:
-                item.run()
+        try:
+            if self.graph and cuda_graph.JIT_GRAPH:
+                swapped = {i: self.items[i].bufs for i, _, _ in self.input_slots}  # only these can have new buffers
+                self.graph(swapped, wait=DEBUG.value >= 2)
+            else:
+                for item in self.items:
+                    item.run()
+        finally:
+            raise_failed_checks(self.checking)
 
     def _name(self) -> str:
         return getattr(self.fn, "__name__", None) or repr(self.fn)

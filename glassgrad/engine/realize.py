@@ -8,6 +8,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from glassgrad.codegen import ProgramSpec
+from glassgrad.engine.checks import error_buffer, raise_failed_checks
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
 from glassgrad.engine.memory import plan_memory
@@ -133,7 +134,13 @@ def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem
     bufs = bufs or [buffer_of(b) for b in item.bufs]
     if item.ast.op is Ops.COPY:
         return ExecItem(CopyRunner(), bufs)
-    return ExecItem(get_kernel(bufs[0].device, item.ast), bufs)
+    kernel = get_kernel(bufs[0].device, item.ast)
+    return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs)
+
+
+def checking_kernels(items: list[ExecItem]) -> list[CompiledKernel]:
+    """The kernels of these items that check values (and take their device's error buffer)."""
+    return [item.runner for item in items if isinstance(item.runner, CompiledKernel) and item.runner.spec.checks]
 
 
 def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
@@ -151,10 +158,13 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
-    for exec_item in items:
-        exec_item.run()
-        for captured in capturing:
-            captured.append(exec_item)
+    try:
+        for exec_item in items:
+            exec_item.run()
+            for captured in capturing:
+                captured.append(exec_item)
+    finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
+        raise_failed_checks(checking_kernels(items))
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:

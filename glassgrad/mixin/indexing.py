@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
 from glassgrad.helpers import prod
+from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class IndexingMixin:
                 raise ValueError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
                                  f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
         x = self.shrink(tuple(None if d == dim else (0, index.shape[d]) for d in range(self.ndim)))
+        index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
         onehot = index.unsqueeze(-1) == _arange(self.shape[dim], self.device)
         lined_up = x.unsqueeze(-1).transpose(dim, -1)  # dim moved to a new last axis, size 1 where it was
         return _masked_sum(onehot, lined_up, -1)
@@ -97,7 +99,7 @@ class IndexingMixin:
             return self.scatter_reduce(dim, index, src, reductions[reduce])
         if index.numel() == 0:
             return self
-        parts = _ScatterParts(self, dim, index, src)
+        parts = _ScatterParts(self, dim, index, src, "scatter")
         m = parts.mask.shape[-2]
         entry = _arange(m, self.device).reshape(m, 1)
         # where several entries of index name the same place the last one is written (as PyTorch on the CPU)
@@ -117,7 +119,7 @@ class IndexingMixin:
         src = _scatter_src(self, dim, index, src, "scatter_reduce")
         if index.numel() == 0:
             return self
-        parts = _ScatterParts(self, dim, index, src)
+        parts = _ScatterParts(self, dim, index, src, "scatter_reduce")
         mask, target = parts.mask, parts.target
         if reduce in ("sum", "mean"):
             total, count = _masked_sum(mask, parts.src, -2), mask.sum(-2).cast(self.dtype)
@@ -155,7 +157,8 @@ class IndexingMixin:
             num_classes = int(self.max().item()) + 1
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
-        return (self.unsqueeze(-1) == _arange(num_classes, self.device)).cast(dtypes.int64)
+        classes = checked_index(self, num_classes, f"one_hot: class {{value}} is outside 0..{num_classes - 1}")
+        return (classes.unsqueeze(-1) == _arange(num_classes, self.device)).cast(dtypes.int64)
 
     # ---- joining and splitting ----
 
@@ -701,8 +704,8 @@ class _BasicPlan:
 class _AdvancedIndex:
     """Index tensors into the dims `positions` of a tensor of `shape`, broadcast together into one flat position.
 
-    Positions outside a dim (which PyTorch reports, but checking them here would need a realize) select nothing:
-    they read 0 and write nowhere. Index lists known on the host are checked when the index is parsed.
+    Positions outside a dim raise when the kernel has run (tensor_checks.py); they select nothing, so a write that
+    raises writes nowhere. Index lists known on the host are checked when the index is parsed.
     """
 
     def __init__(self, shape: tuple[int, ...], advanced: list[tuple[int, Tensor]]):
@@ -713,7 +716,8 @@ class _AdvancedIndex:
         self.index_shape = _broadcast_index_shapes([i.shape for _, i in advanced])
         self.total = prod(self.sizes)
         flat, inside = None, None
-        for (_, idx), size in zip(advanced, self.sizes, strict=True):
+        for (position, idx), size in zip(advanced, self.sizes, strict=True):
+            idx = checked_index(idx, size, out_of_bounds("index", position, size), negative=True)
             idx = idx.expand(self.index_shape)
             idx = (idx < 0).where(idx + size, idx)  # negative positions count from the end, as in PyTorch
             fits = (idx >= 0) & (idx < size)
@@ -855,9 +859,10 @@ def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tenso
 class _ScatterParts:
     """A scatter along `dim` lined up with dim last: mask[..., i, p] says that src[..., i] goes to place p."""
 
-    def __init__(self, t: Tensor, dim: int, index: Tensor, src: Tensor):
+    def __init__(self, t: Tensor, dim: int, index: Tensor, src: Tensor, op: str):
         self.order = [d for d in range(t.ndim) if d != dim] + [dim]
         self.target = t.permute(self.order)
+        index = checked_index(index, t.shape[dim], out_of_bounds(op, dim, t.shape[dim]))
         mask = index.permute(self.order).unsqueeze(-1) == _arange(t.shape[dim], t.device)
         # index may be smaller than the tensor in the other dims: the places it does not reach get nothing
         grow = tuple((0, full - part) for part, full in zip(mask.shape[:-2], self.target.shape[:-1], strict=True))

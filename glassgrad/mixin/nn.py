@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import dtypes, promote_types
 from glassgrad.helpers import prod
 from glassgrad.schedule.split_reduce import cache_sized_part
+from glassgrad.tensor_checks import checked_index
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -151,13 +152,14 @@ def _index_target(x: Tensor, target: Tensor, class_dim: int, op: str) -> Tensor:
     if target.shape != expected:
         raise ValueError(f"{op}: target has shape {target.shape} but input {x.shape} needs class indices of shape "
                          f"{expected}")  # fmt: skip
-    if not dtypes.is_int(target.dtype):
-        raise TypeError(f"{op}: class-index targets must be an integer dtype, got {target.dtype}")
+    if not dtypes.is_int(target.dtype):  # RuntimeError, as PyTorch's "expected target dtype to be Long"
+        raise RuntimeError(f"{op}: class-index targets must be an integer dtype, got {target.dtype} (class "
+                           f"probabilities take the input's shape {x.shape})")  # fmt: skip
     return target if target.dtype in (dtypes.int32, dtypes.int64) else target.cast(dtypes.int32)
 
 
 def _class_index_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tensor | None, ignore_index: int,
-                      reduction: str, label_smoothing: float) -> Tensor:  # fmt: skip
+                      reduction: str, label_smoothing: float, op: str) -> Tensor:  # fmt: skip
     """-log p(target class), with torch's class weights, ignore_index and label smoothing, reduced.
 
     The target class is picked by a one-hot mask (target == arange(C)) and a masked sum, so the loss fuses into the
@@ -167,7 +169,8 @@ def _class_index_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tens
 
     n_classes = logp.shape[class_dim]
     class_shape = (n_classes,) + (1,) * (logp.ndim - class_dim - 1)
-    target = target.unsqueeze(class_dim)
+    message = f"{op}: target {{value}} is not a class in 0..{n_classes - 1} (nor ignore_index={ignore_index})"
+    target = checked_index(target, n_classes, message, allowed=ignore_index).unsqueeze(class_dim)
     counted = target != ignore_index
     picked = (target == Tensor.arange(n_classes, device=logp.device).reshape(class_shape)) & counted
     weighted = logp * weight.reshape(class_shape) if weight is not None else logp
@@ -883,7 +886,7 @@ class NNMixin:
         logp = self.log_softmax(class_dim)
         if target.shape != self.shape or not dtypes.is_float(target.dtype):
             target = _index_target(self, target, class_dim, op)
-            return _class_index_loss(logp, target, class_dim, weight, ignore_index, reduction, label_smoothing)
+            return _class_index_loss(logp, target, class_dim, weight, ignore_index, reduction, label_smoothing, op)
         probs = target * (1 - label_smoothing) + label_smoothing / n_classes if label_smoothing else target
         if weight is not None:
             logp = logp * weight.reshape((n_classes,) + (1,) * (self.ndim - class_dim - 1))
@@ -901,7 +904,7 @@ class NNMixin:
         class_dim = 0 if self.ndim == 1 else 1
         weight = _param_of_shape(weight, self, (self.shape[class_dim],), op, "weight")
         target = _index_target(self, target, class_dim, op)
-        return _class_index_loss(self._float_input(), target, class_dim, weight, ignore_index, reduction, 0.0)
+        return _class_index_loss(self._float_input(), target, class_dim, weight, ignore_index, reduction, 0.0, op)
 
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
@@ -920,7 +923,7 @@ class NNMixin:
             raise TypeError(f"{op}: Y must hold class indices (integers, or whole floats), got {Y.dtype}")
         class_dim = self.ndim - 1
         return _class_index_loss(self.log_softmax(class_dim), Y, class_dim, None, ignore_index, reduction,
-                                 label_smoothing)  # fmt: skip
+                                 label_smoothing, op)  # fmt: skip
 
     def binary_crossentropy(self: Tensor, target: Tensor | None = None, weight: Tensor | None = None,
                             reduction: str = "mean", *, Y: Tensor | None = None) -> Tensor:  # fmt: skip

@@ -7,6 +7,7 @@ import math
 from glassgrad.helpers import prod
 from glassgrad.nn import optim, state  # noqa: F401  (tinygrad's import paths: glassgrad.nn.optim, glassgrad.nn.state)
 from glassgrad.tensor import Tensor
+from glassgrad.tensor_checks import checked_index
 
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
@@ -202,6 +203,8 @@ class Embedding:
         if idx.dtype.name not in ("int", "long", "char", "short", "uchar", "ushort", "uint", "ulong"):
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
         # a one-hot mask times the table: one fused kernel, and the gradient flows to the rows used
+        rows = self.num_embeddings
+        idx = checked_index(idx, rows, f"Embedding: index {{value}} is outside the table's rows 0..{rows - 1}")
         one_hot = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
         return (one_hot.unsqueeze(-1).where(self.weight, 0.0)).sum(-2)
 

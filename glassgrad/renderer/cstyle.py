@@ -40,6 +40,18 @@ small_float_math = PatternMatcher([
 ])  # fmt: skip
 
 
+UNSIGNED = {dtypes.int8: dtypes.uint8, dtypes.int16: dtypes.uint16, dtypes.int32: dtypes.uint32,
+            dtypes.int64: dtypes.uint64}  # fmt: skip
+
+
+def _may_trap(dtype: DType, divisor: UOp) -> bool:
+    """Whether C's integer / or % could trap with this divisor: one that is not a constant other than 0 and -1 (the
+    index math codegen makes divides by positive constants, and stays C's / and %)."""
+    if divisor.op is Ops.VECTORIZE and all(s is divisor.src[0] for s in divisor.src):
+        divisor = divisor.src[0]  # a constant broadcast to every lane
+    return dtypes.is_int(dtype) and not (divisor.op is Ops.CONST and divisor.arg not in (0, -1))
+
+
 class CStyleRenderer(Renderer):
     """Renders loops, loads, stores and math as C; subclasses change the names and a few forms."""
 
@@ -135,10 +147,8 @@ class CStyleRenderer(Renderer):
             return f"__builtin_fma{'f' if dtype == dtypes.float32 else ''}({args[0]}, {args[1]}, {args[2]})"
         if op is Ops.MULACC:
             return f"(({args[0]}*{args[1]})+{args[2]})"
-        if op is Ops.IDIV and dtypes.is_int(dtype) and src[1].op is not Ops.CONST:
-            return f"({args[1]}?{args[0]}/{args[1]}:0)"  # integer division by zero gives 0, not a crash
-        if op is Ops.MOD and dtypes.is_int(dtype) and src[1].op is not Ops.CONST:
-            return f"({args[1]}?{args[0]}%{args[1]}:0)"
+        if op in (Ops.IDIV, Ops.MOD) and _may_trap(dtype, src[1]):
+            return f"gg_{op.name.lower()}_{self._fn_suffix(dtype)}({args[0]}, {args[1]})"
         if op is Ops.CMPNE and dtype == dtypes.bool and src[0].dtype == dtypes.bool:
             return f"({args[0]}!={args[1]})"
         return f"({args[0]}{self.infix[op]}{args[1]})"
@@ -202,6 +212,26 @@ class CStyleRenderer(Renderer):
         """Vector types the rendered ops need beyond the program's own (none here)."""
         return set()
 
+    def division_helper(self, op: Ops, dtype: DType) -> str:
+        """gg_idiv_T(a, b) or gg_mod_T(a, b): C's / and % where they trap, by 0 and (signed) MIN / -1, give what PyTorch
+        does instead: MIN / -1 wraps to MIN and MIN % -1 is 0; by 0 the result is 0 (a CHECK has reported it)."""
+        t, fn = self.type_name(dtype), f"gg_{op.name.lower()}_{self._fn_suffix(dtype)}"
+        if op is Ops.MOD:
+            body = "b == 0 || b == -1 ? 0 : a % b" if not dtypes.is_unsigned(dtype) else "b == 0 ? 0 : a % b"
+        elif dtypes.is_unsigned(dtype):
+            body = "b == 0 ? 0 : a / b"
+        else:  # -a in unsigned arithmetic, which wraps (C's signed -MIN is undefined)
+            body = f"b == 0 ? 0 : b == -1 ? ({t})(0 - ({self.type_name(UNSIGNED[dtype])})a) : a / b"
+        return f"static inline {t} {fn}({t} a, {t} b) {{ return {body}; }}"
+
+    def any_helper(self, lanes: int) -> str:
+        """gg_anyN(v): whether any lane of a bool vector of N lanes is set, its bytes read as whole integers."""
+        t, words = self.type_name(dtypes.bool.vec(lanes)), -(-lanes // 8)
+        return (
+            f"static inline _Bool gg_any{lanes}({t} v) {{ unsigned long long w[{words}] = {{0}}; "
+            f"__builtin_memcpy(w, &v, {lanes}); return ({' | '.join(f'w[{i}]' for i in range(words))}) != 0; }}"
+        )
+
     def fma_helper(self, dtype: DType) -> list[str]:
         """T_fma(a, b, c): a lane-wise fused multiply-add on a vector (an instruction where the CPU has one)."""
         t, n, size = self.type_name(dtype), dtype.count, dtype.itemsize
@@ -237,6 +267,14 @@ class CStyleRenderer(Renderer):
             lines += self.fma_helper(dtype)
         for op, dtype in maths:
             lines += self.math_helper(op, dtype)
+        divisions = {
+            (u.op, u.dtype.scalar) for u in program if u.op in (Ops.IDIV, Ops.MOD) and _may_trap(u.dtype, u.src[1])
+        }
+        for op, dtype in sorted(divisions, key=lambda d: (d[0].value, d[1].priority)):
+            lines.append(self.division_helper(op, dtype))
+        for lanes in sorted({u.src[0].src[2].dtype.count for u in program if u.op is Ops.STORE and len(u.src[0].src) > 2
+                             and u.src[0].src[2].dtype.count > 1}):  # fmt: skip
+            lines.append(self.any_helper(lanes))
         scalar_max = {u.dtype.scalar for u in program if u.op is Ops.MAX}
         for dtype in sorted(scalar_max, key=lambda d: d.priority):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
@@ -337,9 +375,20 @@ class CKernelWriter:
         self.line(f"{self.r.type_name(u.dtype)} {name} = {value};")
 
     def store(self, u: UOp) -> None:
+        if len(u.src[0].src) > 2 and (lanes := u.src[0].src[2].dtype.count) > 1:
+            return self.lane_store(u, lanes)
         address, gate = self.index(u.src[0], u.src[1].dtype)
         statement = f"{address} = {self.names[u.src[1]]};"
         self.line(statement if gate is None else f"if ({gate}) {statement}")
+
+    def lane_store(self, u: UOp, lanes: int) -> None:
+        """A store to one address gated by a vector (a check's record of a failure): where any lane's gate holds, the
+        value of such a lane. The lanes are tested together, so a check that passes costs one test a vector."""
+        buf, idx, gate = (self.names[s] for s in u.src[0].src)
+        value = f"{self.names[u.src[1]]}[l]" if u.src[1].dtype.count > 1 else self.names[u.src[1]]
+        self.line(
+            f"if (gg_any{lanes}({gate})) for (int l = 0; l < {lanes}; l++) if ({gate}[l]) *({buf}+{idx}) = {value};"
+        )
 
     def define_acc(self, u: UOp) -> None:
         name = self.names[u] = self.fresh("acc")

@@ -19,6 +19,7 @@ from glassgrad.helpers import prod
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.renderer.cuda_tc import TILE_CONFIGS, render_matmul
 from glassgrad.renderer.cuda_wgmma import WgmmaConfig, render_wgmma
+from glassgrad.uop.check import records_failure
 from glassgrad.uop.ops import Ops, UOp
 
 # NVRTC has no <math.h>: the two constants it would give, as the bits C's INFINITY and NAN have
@@ -63,14 +64,15 @@ def grid_loops(program: list[UOp], outer_loop: UOp | None) -> list[UOp]:
         body, depth, children = program[position[loops[-1]] + 1 : end[loops[-1]]], 0, []
         for u in body:
             depth += (u.op is Ops.RANGE) - (u.op is Ops.ENDRANGE)
-            if depth == 0 and u.op in (Ops.STORE, Ops.DEFINE_ACC, Ops.ASSIGN):
-                return loops  # work of its own around the inner loop: that loop stays a loop
+            if depth == 0 and u.op in (Ops.STORE, Ops.DEFINE_ACC, Ops.ASSIGN) and not records_failure(u):
+                return loops  # work of its own around the inner loop: that loop stays a loop (a check's is redone)
             children += [u] if u.op is Ops.RANGE and depth == 1 else []
         if len(children) != 1 or body[-1].src[0] is not children[0]:
             return loops  # one loop, and nothing after it
         if prod(size(loop) for loop in loops) * size(children[0]) >= 2**31:
             return loops  # the global index is an int
-        if not any(u.op is Ops.STORE for u in program[position[children[0]] : end[children[0]]]):
+        inner = program[position[children[0]] : end[children[0]]]
+        if not any(u.op is Ops.STORE and not records_failure(u) for u in inner):
             return loops  # a reduction's loop, not an output's
         loops.append(children[0])
 

@@ -39,7 +39,8 @@ class PythonRenderer(Renderer):
         position: dict[UOp, int] = {}  # a value computed in two loops over one range reads its latest copy
         rows = []
         for i, u in enumerate(program):
-            rows.append([u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], u.arg])
+            arg = None if u.op is Ops.STORE else u.arg  # a STORE's arg names the check it records: nothing to run
+            rows.append([u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], arg])
             position[u] = i
         return "\n".join([name] + [json.dumps(row) for row in rows])
 

@@ -14,8 +14,8 @@ from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.view import ShapeTracker
 
 # the ops of a kernel whose shapes all come from its views and its reductions' axes
-_PLAIN = GroupOp.ALU | {Ops.SINK, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL, Ops.VIEW, Ops.CONST, Ops.REDUCE_AXIS,
-                        Ops.CAST, Ops.BITCAST}  # fmt: skip
+_PLAIN = GroupOp.Elementwise | {Ops.SINK, Ops.STORE, Ops.LOAD, Ops.DEFINE_GLOBAL, Ops.VIEW, Ops.CONST,
+                                Ops.REDUCE_AXIS}  # fmt: skip
 
 
 def merge_axes(sink: UOp) -> UOp:

@@ -30,6 +30,7 @@ class Ops(enum.Enum):
     VALID = enum.auto()
     ARANGE = enum.auto()  # the index of each element, 0 .. n-1: the one source of position-dependent values
     KERNEL = enum.auto()
+    CHECK = enum.auto()  # a value that must meet a condition (uop/check.py), tested where a kernel computes it
     # elementwise, one input
     NEG = enum.auto()
     EXP2 = enum.auto()
@@ -97,7 +98,7 @@ class GroupOp:
                         Ops.SHL, Ops.SHR})  # fmt: skip
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
-    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST, Ops.CHECK}  # CHECK: the identity, with a test on the side
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})

@@ -755,13 +755,18 @@ def test_more_ops_of_size_0_and_1():
     check_op([(1,)], weighted(lambda x: x.roll(5).repeat(3)))
 
 
-def test_out_of_range_positions_in_a_lazy_index_select_nothing():
+def test_out_of_range_positions_in_a_lazy_index_raise_when_computed():
     x = Tensor([1.0, 2.0, 3.0])
-    lazy = Tensor([0, 5]) * 1  # values known only once computed: not checked (PyTorch raises)
-    assert x[lazy].tolist() == [1.0, 0.0]
-    assert x.gather(0, lazy).tolist() == [1.0, 0.0]
-    x[lazy] = 9.0
-    assert x.tolist() == [9.0, 2.0, 3.0]
+    lazy = Tensor([0, 5]) * 1  # values known only once computed: the kernel checks them (test_device_checks.py)
+    with pytest.raises(IndexError, match="index: index 5 is out of bounds for dimension 0 with size 3"):
+        x[lazy].tolist()
+    with pytest.raises(RuntimeError, match="gather: index 5 is out of bounds for dimension 0 with size 3"):
+        x.gather(0, lazy).tolist()
+    y = x.clone()
+    y[lazy] = 9.0
+    with pytest.raises(IndexError, match="index 5 is out of bounds"):
+        y.tolist()
+    assert x.tolist() == [1.0, 2.0, 3.0]
 
 
 # ---- the PYTHON device ----

@@ -553,7 +553,7 @@ BAD_CALLS = [
      r"scaled_dot_product_attention: enable_gqa needs heads"),
     (lambda: _t(3, 4).cross_entropy(_t(4, dtype=dtypes.int32)), ValueError,
      r"cross_entropy: target has shape \(4,\) but input \(3, 4\) needs class indices of shape \(3,\)"),
-    (lambda: _t(3, 4).cross_entropy(_t(3)), TypeError, r"cross_entropy: class-index targets must be an integer dtype"),
+    (lambda: _t(3, 4).cross_entropy(_t(3)), RuntimeError, r"cross_entropy: class-index targets must be an integer"),
     (lambda: _t(3, 4).cross_entropy(_t(3, dtype=dtypes.int32), reduction="avg"), ValueError,
      r"cross_entropy: reduction must be one of \('mean', 'sum', 'none'\), got 'avg'"),
     (lambda: _t(3, 4).cross_entropy(_t(3, dtype=dtypes.int32), label_smoothing=1.5), ValueError,

@@ -1,0 +1,67 @@
+"""Checks in kernels: where a CHECK's condition fails, the kernel records the check and the bad value.
+
+The lowerer makes each CHECK(value) of the AST CHECK(value, ok), `ok` the condition at that place (uop/check.py);
+simplifying drops the checks that always pass (an int8 index into a table of 256 rows, arange's values). Before
+linearizing, each remaining one gets the stores that record a failure, gated by `not ok`: the check's id into slot 0
+of the error buffer and the value's bits into slot 1. The error buffer is one more buffer argument after the kernel's
+own; only kernels with a check take it, so every other kernel is as it was. The linearizer emits a CHECK as its value,
+with those stores beside it, inside the loops that compute it.
+"""
+
+from __future__ import annotations
+
+from glassgrad.dtype import dtypes
+from glassgrad.uop.check import Check, bits_of, records_failure
+from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
+
+ERROR_SLOTS = 2  # the failed check's id, then its value's bits (int64 each)
+
+
+def _failure_stores(value: UOp, ok: UOp, check: Check, errors: UOp) -> list[UOp]:
+    """Where `ok` is false: errors[0] = the check's id, errors[1] = the value's bits. For vectors the gate is the
+    vector of lanes that failed: the store writes a failed lane's value, if any (tested at once, not lane by lane)."""
+    failed = UOp(Ops.CMPNE, ok.dtype, (ok, UOp.const(ok.dtype, True)))  # not ok, lane by lane for a vector
+    recorded = (UOp.const(dtypes.int64, check.id), bits_of(value))
+    return [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, errors.dtype, (errors, UOp.const(dtypes.int32, slot), failed)),
+                                         stored), check) for slot, stored in enumerate(recorded)]  # fmt: skip
+
+
+def without_checks(u: UOp) -> UOp:
+    """`u` with its CHECKs replaced by their values: a copy of a value whose checks are made elsewhere."""
+    done: dict[UOp, UOp] = {}
+    for node in u.toposort():
+        src = tuple(done[s] for s in node.src)
+        done[node] = src[0] if node.op is Ops.CHECK else node if src == node.src else node.replace(src=src)
+    return done[u]
+
+
+def _with_failure_stores(errors: UOp, check: UOp, x: UOp, ok: UOp) -> UOp:
+    return check.replace(src=(x, *_failure_stores(x, ok, check.arg, errors)))
+
+
+# CHECK(x, True) = x: a check that always passes costs nothing
+passed_checks = PatternMatcher([
+    (UPat(Ops.CHECK, src=(UPat.var("x"), UPat(Ops.CONST, arg=True))), lambda x: x),
+])  # fmt: skip
+
+# CHECK(x, ok) -> CHECK(x, *stores recording a failure); what it was rewritten to has more sources, and is left alone
+failure_stores = PatternMatcher([
+    (UPat(Ops.CHECK, src=(UPat.var("x"), UPat.var("ok")), name="check"),
+     lambda ctx, check, x, ok: _with_failure_stores(ctx, check, x, ok)),
+])  # fmt: skip
+
+
+def record_failures(sink: UOp) -> UOp:
+    """The lowered kernel with each CHECK's failure stores, into an error buffer after the kernel's own buffers."""
+    nodes = sink.toposort()
+    if not any(u.op is Ops.CHECK for u in nodes):
+        return sink
+    position = sum(u.op is Ops.DEFINE_GLOBAL for u in nodes)
+    errors = UOp(Ops.DEFINE_GLOBAL, dtypes.int64.ptr(ERROR_SLOTS), (), position)
+    return graph_rewrite(sink, failure_stores, ctx=errors)
+
+
+def checks_of(program: list[UOp]) -> tuple[Check, ...]:
+    """The checks a linear program tests, in order (empty: the kernel takes no error buffer)."""
+    return tuple(dict.fromkeys(u.arg for u in program if records_failure(u)))
