@@ -2,7 +2,8 @@
 
 Every composed Tensor op (softmax, matmul, conv2d, ...) is built from these primitives, so its
 gradient follows from the table below by the chain rule. A composed op whose derived gradient would
-be much slower than a formula for it may give that formula with custom_gradient (the convolution).
+be much slower than a formula for it (the convolution), or NaN at the edges of its domain where the formula is not
+(pow, the inverse functions), may give that formula with custom_gradient.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
 
 # Composed ops whose gradient is better written by hand than derived from their primitives (a convolution's input
 # gradient is a transposed convolution; derived, it is a sum over every sliding window that reads each input, a
-# col2im). Keyed by the op's output node: its inputs, and the rule giving one gradient per input.
+# col2im; pow's derived gradient is 0 * inf at a base of 0). Keyed by the op's output node: its inputs, and the rule
+# giving one gradient per input.
 _CUSTOM: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Callable[..., Grads]]] = weakref.WeakKeyDictionary()
 
 
@@ -127,8 +129,9 @@ def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Callable[...,
     """Let backward give `out`'s gradient to `inputs` as rule(g, *inputs), one per input (None for none), instead of
     deriving it through the primitives that compute `out`; returns `out`.
 
-    The rule must be exact: `out`'s node may also be built elsewhere from the same inputs (hash-consing). Where the
-    node no longer stands in the graph (autograd substituted a realized tensor below it), the primitives serve."""
+    The rule must be exact: `out`'s node may also be built elsewhere from the same inputs (hash-consing). Where
+    autograd substitutes a realized tensor below the node, the rule moves to the node built in its place
+    (substitute_keeping_rules)."""
     _CUSTOM[out.uop] = (tuple(t.uop for t in inputs), rule)
     return out
 
