@@ -329,28 +329,29 @@ TORCH_OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("name", list(ALL_OPTIMIZERS))
-def test_a_step_skips_parameters_without_a_gradient(name):
-    used, unused = Tensor([1.0, -2.0], requires_grad=True), Tensor([5.0], requires_grad=True)
-    opt = ALL_OPTIMIZERS[name]([used, unused])
-    opt.step()  # no backward yet: nothing changes
-    assert used.tolist() == [1.0, -2.0] and unused.tolist() == [5.0]
-    trajectory = []
+def _step_before_any_backward_then_train(make_tensor, make_optimizer) -> tuple[list, list]:
+    """An optimizer over a used and an unused parameter: step() before any backward(), then three steps of training
+    the used one; the used one after each step, and the unused one at the end."""
+    used, unused = make_tensor([1.0, -2.0]), make_tensor([5.0])
+    opt = make_optimizer([used, unused])
+    opt.step()
+    trajectory = [used.tolist()]
     for _ in range(3):
         opt.zero_grad()
         (used * used).sum().backward()
         opt.step()
         trajectory.append(used.tolist())
-    assert unused.tolist() == [5.0]
+    return trajectory, unused.tolist()
+
+
+@pytest.mark.parametrize("name", list(ALL_OPTIMIZERS))
+def test_a_step_skips_parameters_without_a_gradient(name):
+    trajectory, unused = _step_before_any_backward_then_train(
+        lambda v: Tensor(v, requires_grad=True), ALL_OPTIMIZERS[name]
+    )
+    assert trajectory[0] == [1.0, -2.0] and unused == [5.0]  # nothing changed where nothing had a gradient
     if name in TORCH_OPTIMIZERS:  # the first real step is the first step (Adam's bias correction counts from it)
-        t_used, t_unused = torch.tensor([1.0, -2.0], requires_grad=True), torch.tensor([5.0], requires_grad=True)
-        ref = TORCH_OPTIMIZERS[name]([t_used, t_unused])
-        ref.step()
-        expected = []
-        for _ in range(3):
-            ref.zero_grad()
-            (t_used * t_used).sum().backward()
-            ref.step()
-            expected.append(t_used.tolist())
+        expected, _ = _step_before_any_backward_then_train(
+            lambda v: torch.tensor(v, requires_grad=True), TORCH_OPTIMIZERS[name]
+        )
         np.testing.assert_allclose(trajectory, expected, rtol=1e-5)
-        assert t_unused.tolist() == [5.0]
