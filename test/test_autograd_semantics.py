@@ -277,6 +277,20 @@ def test_logsumexp_then_max_gives_every_row_its_softmax():
 
 
 @pytest.mark.parametrize("read_first", [None, "realize", "tolist"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("shape", [(4, 5), (16, 33), (128, 17)])
+def test_max_over_columns_of_a_softmax_goes_to_the_largest_entries(shape, op, read_first):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)  # no ties: either framework's rounding
+    ours, theirs = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out = getattr(ours.softmax(1), op)(0)
+    if read_first:
+        getattr(out, read_first)()
+    out.sum().backward()
+    (torch.amax if op == "max" else torch.amin)(theirs.softmax(1), dim=0).sum().backward()
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("read_first", [None, "realize", "tolist"])
 @pytest.mark.parametrize("axis", [None, 0, 1])
 @pytest.mark.parametrize("shape", [(5, 7, 6), (33, 64, 17), (1, 100, 1)])
 def test_max_of_a_matmul_gives_its_gradient_to_the_largest_products(shape, axis, read_first):
