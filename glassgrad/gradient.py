@@ -2,7 +2,8 @@
 
 Every composed Tensor op (softmax, matmul, conv2d, ...) is built from these primitives, so its
 gradient follows from the table below by the chain rule. A composed op whose derived gradient would
-be much slower than a formula for it may give that formula with custom_gradient (the convolution).
+be much slower than a formula for it (the convolution), or NaN at the edges of its domain where the formula is not
+(pow, the inverse functions), may give that formula with custom_gradient.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -24,14 +25,24 @@ Grads = tuple["Tensor | None", ...]
 def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
     """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: out / x."""
     op, axes = node.arg
-    g, out = g.expand(x.shape), out.expand(x.shape)
+    g = g.expand(x.shape)
     if op is Ops.ADD:
         return (g,)
     if op is Ops.MUL:
-        return (g * out / x,)
-    is_max = x.eq(out).cast(g.dtype)
+        return (g * out.expand(x.shape) / x,)
+    if _has_reduction(x.uop):
+        # a value made by a reduction may round differently in each kernel that computes it (the order of its sum):
+        # compared with a max computed elsewhere, no input would equal it (and 0 / 0 ties give NaN). One buffer of
+        # x, and its max taken again from that buffer, agree exactly.
+        x = x.contiguous()
+        out = x.max(axes, keepdim=True)
+    is_max = x.eq(out.expand(x.shape)).cast(g.dtype)
     ties = is_max.sum(axes, keepdim=True).expand(x.shape)
     return (g * is_max / ties,)
+
+
+def _has_reduction(node: UOp) -> bool:
+    return any(n.op is Ops.REDUCE_AXIS for n in node.toposort(enter=lambda n: n.op is not Ops.BUFFER))
 
 
 def _expanded_axes(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, ...]:
@@ -98,6 +109,11 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.FLIP: lambda g, node, x, out: (g.flip(*[i for i, f in enumerate(node.arg) if f]),),
 }
 
+# Rules that read nothing of the forward pass but the incoming gradient (and shapes). PyTorch keeps no tensors for
+# these, so it lets a graph made only of them (and of sums, and products with numbers) be walked backward again.
+USES_ONLY_THE_GRADIENT = {Ops.ADD, Ops.NEG, Ops.TRUNC, Ops.CAST, Ops.CONTIGUOUS, Ops.COPY, Ops.RESHAPE, Ops.PERMUTE,
+                          Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}  # fmt: skip
+
 # Ops whose output does not change smoothly with their inputs: no gradient flows through them.
 NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.DETACH,
                Ops.BITCAST, Ops.ARANGE, Ops.CONST, Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE, Ops.ASSIGN}  # fmt: skip
@@ -105,7 +121,8 @@ NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
 
 # Composed ops whose gradient is better written by hand than derived from their primitives (a convolution's input
 # gradient is a transposed convolution; derived, it is a sum over every sliding window that reads each input, a
-# col2im). Keyed by the op's output node: its inputs, and the rule giving one gradient per input.
+# col2im; pow's derived gradient is 0 * inf at a base of 0). Keyed by the op's output node: its inputs, and the rule
+# giving one gradient per input.
 _CUSTOM: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Callable[..., Grads]]] = weakref.WeakKeyDictionary()
 
 
@@ -113,8 +130,9 @@ def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Callable[...,
     """Let backward give `out`'s gradient to `inputs` as rule(g, *inputs), one per input (None for none), instead of
     deriving it through the primitives that compute `out`; returns `out`.
 
-    The rule must be exact: `out`'s node may also be built elsewhere from the same inputs (hash-consing). Where the
-    node no longer stands in the graph (autograd substituted a realized tensor below it), the primitives serve."""
+    The rule must be exact: `out`'s node may also be built elsewhere from the same inputs (hash-consing). Where
+    autograd substitutes a realized tensor below the node, the rule moves to the node built in its place
+    (substitute_keeping_rules)."""
     _CUSTOM[out.uop] = (tuple(t.uop for t in inputs), rule)
     return out
 
@@ -130,6 +148,39 @@ def _custom_rule(node: UOp, targets: set[UOp]) -> tuple[tuple[UOp, ...], Callabl
     return None if any(n in targets and n is not node and n not in inputs for n in inside) else found
 
 
+def substitute_keeping_rules(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """root.substitute(mapping), with the hand-written rule of each output built again (custom_gradient) carried to
+    the new node, over the new nodes of its inputs."""
+
+    def carry(old: UOp, new: UOp, done: dict[UOp, UOp]) -> None:
+        if (found := _CUSTOM.get(old)) is not None and all(i in done for i in found[0]):
+            _CUSTOM[new] = (tuple(done[i] for i in found[0]), found[1])
+
+    return root.substitute(mapping, carry)
+
+
+def keeps_forward_values(ran: list[UOp]) -> bool:
+    """Whether one of the rules that ran (compute_gradient's `ran`) reads values of the forward pass: PyTorch's
+    would keep them, and let them go after backward() without retain_graph."""
+    return any(_keeps_forward_values(node) for node in ran)
+
+
+def _keeps_forward_values(node: UOp) -> bool:
+    if node in _CUSTOM:  # a hand-written rule (a convolution's) reads the inputs
+        return True
+    if node.op in USES_ONLY_THE_GRADIENT:
+        return False
+    if node.op is Ops.REDUCE_AXIS and node.arg[0] is Ops.ADD:
+        return False
+    return node.op is not Ops.MUL or not any(_is_number(s) for s in node.src)  # times a number (a mean): none
+
+
+def _is_number(node: UOp) -> bool:
+    while node.op in (Ops.RECIP, Ops.CAST) or node.op in GroupOp.Movement:
+        node = node.src[0]
+    return node.op is Ops.CONST
+
+
 def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The nodes from which some target can be reached: only these need gradients."""
     on_path: set[UOp] = set()
@@ -139,8 +190,9 @@ def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     return on_path
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-    """d(root)/d(target) for each target reached from root, as lazy UOp graphs."""
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ran: list[UOp] | None = None) -> dict[UOp, UOp]:
+    """d(root)/d(target) for each target reached from root, as lazy UOp graphs; `ran`, if given, collects the nodes
+    whose rules ran."""
     from glassgrad.tensor import Tensor
 
     on_path = _on_path(root, targets)
@@ -162,6 +214,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         else:
             sources = node.src
             local_grads = DERIVATIVES[node.op](g, node, *(Tensor(s) for s in sources), Tensor(node))
+        if ran is not None:
+            ran.append(node)
         for src, src_grad in zip(sources, local_grads):
             if src_grad is None or src not in on_path:
                 continue

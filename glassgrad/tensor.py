@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import struct
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +22,8 @@ from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.helpers import prod
-from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
+from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
+from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
@@ -33,11 +32,6 @@ from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.tensor_math import int_quotient
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import GroupOp, Ops, UOp
-
-# Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
-_all_tensors: dict[int, weakref.ref[Tensor]] = {}
-# Nodes that have been kernelized or realized, and what stands for them now.
-_replaced: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 def _device_node(device: str) -> UOp:
@@ -138,7 +132,8 @@ class _TensorType(type):
         super().__setattr__(name, value)
 
 
-class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin, metaclass=_TensorType):
+class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin,
+             metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
     training: bool = False
@@ -167,16 +162,15 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
                             "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
         _check_device_holds(uop.device or device, uop.dtype)
-        self._start(uop, requires_grad, is_leaf=True)
+        self._start(uop, None, is_leaf=True)
+        self._set_requires_grad(requires_grad)
 
     def _start(self, uop: UOp, requires_grad: bool | None, is_leaf: bool) -> None:
-        """The fields every tensor has; it is listed among the live tensors."""
+        """The fields every tensor has (AutogradMixin says what the autograd ones mean); it is listed as live."""
         self.uop: UOp = uop
         self.grad: Tensor | None = None
-        self.requires_grad: bool | None = requires_grad
-        self._is_leaf = is_leaf  # only leaves (tensors the user made) receive .grad in backward()
-        self._autograd_uop: UOp | None = None  # the graph that built this tensor, kept for backward() after realize
-        _all_tensors[id(self)] = weakref.ref(self, lambda _, key=id(self): _all_tensors.pop(key, None))
+        self._requires_grad, self._is_leaf, self._autograd_uop = requires_grad, is_leaf, None
+        register(self)
 
     # ---- facts ----
 
@@ -234,11 +228,11 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def _current_uop(self) -> UOp:
         """This tensor's graph with nodes that were already realized replaced by their buffers."""
-        return _current(self.uop)
+        return current(self.uop)
 
     def _set_uop(self, uop: UOp) -> None:
         """Point this tensor at a new graph for the same values, keeping the old one if backward() may need it."""
-        if self.requires_grad and not self._is_leaf and self._autograd_uop is None and not self._graph_freed:
+        if self._requires_grad and not self._is_leaf and self._autograd_uop is None and not self._graph_freed:
             self._autograd_uop = self.uop
         self.uop = uop
 
@@ -254,23 +248,18 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
-        tensors = (self, *others, *_readers_of_overwritten((self, *others)))
+        tensors = (self, *others, *readers_of_overwritten((self, *others)))
         scheduled = _kernelize(tensors)
-        intermediates = _intermediates(scheduled.mapping, tensors)
+        unused = intermediates(scheduled.mapping, tensors)
         try:
-            run_schedule(scheduled.items, intermediates)
+            run_schedule(scheduled.items, unused)
         except CheckFailed as error:  # what ran apart from the failure stands (an assign must not run twice); what
             kept = unaffected_by(error.check, scheduled.assigns)  # reads the failure stays to run, and raises again
-            _realized(tensors, scheduled, [a for a in kept if a.src[0] not in intermediates])
+            _realized(tensors, scheduled, [a for a in kept if a.src[0] not in unused])
             raise
         _realized(tensors, scheduled, scheduled.assigns)
         timed_realize_summary(start, before)
         return self
-
-    @staticmethod
-    def _pending_assigns() -> list[Tensor]:
-        """Live tensors with an assign that has not run yet."""
-        return [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.uop.op is Ops.ASSIGN]
 
     def contiguous(self) -> Tensor:
         """A tensor with its own buffer in row-major order (a no-op if this one already is)."""
@@ -309,9 +298,9 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
 
     def _is_contiguous_buffer(self) -> bool:
         node = self.uop  # first the common case, a buffer or reshapes of one (TinyJit checks each argument every call)
-        while node.op is Ops.RESHAPE and node not in _replaced:
+        while node.op is Ops.RESHAPE and node not in replaced:
             node = node.src[0]
-        if node.op is Ops.BUFFER and node not in _replaced:  # nothing replaced: the graph is current, no walk needed
+        if node.op is Ops.BUFFER and node not in replaced:  # nothing replaced: the graph is current, no walk needed
             return True
         u = self._current_uop()
         if u.base.op is not Ops.BUFFER or u.size != u.base.arg:
@@ -451,11 +440,6 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
         return Tensor.randn(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
 
-    def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
-        """Mark this tensor as a leaf whose gradient backward() computes (or not)."""
-        self.requires_grad, self._is_leaf = requires_grad, True
-        return self
-
     @staticmethod
     def train(mode: bool = True) -> _TrainingMode:
         """Set Tensor.training (dropout and batchnorm read it); usable as `with Tensor.train():` too."""
@@ -467,86 +451,15 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """Leave training mode (Tensor.train(False))."""
         return Tensor.train(False)
 
-    def _autograd_root(self) -> UOp:
-        """The graph to differentiate: the one that built this tensor, even if it (or a tensor it was built
-        from) was realized since: a realized tensor's node is replaced by the graph that computed it."""
-        root = self._autograd_uop if self._autograd_uop is not None else self.uop
-        built = {t.uop: t._autograd_uop for ref in list(_all_tensors.values())
-                 if (t := ref()) is not None and t._autograd_uop is not None}  # fmt: skip
-        for _ in range(len(built)):  # a graph that stands in may itself contain realized tensors
-            expanded = root.substitute(built) if built else root
-            if expanded is root:
-                break
-            root = expanded
-        return root
-
-    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-        """d(self)/d(target) for each target, whether or not it was marked requires_grad."""
-        names = self._names_of(targets)
-        for t, found in zip(targets, names):
-            if not found:
-                raise ValueError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
-        return [g if g is not None else t.zeros_like() for t, g in zip(targets, self._gradients(names, gradient))]
-
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph.
-        As in PyTorch, the graph is let go afterwards (so realizing this tensor frees what the forward pass kept)
-        unless retain_graph=True."""
-        candidates = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.requires_grad
-                      and t._is_leaf]  # fmt: skip
-        names = self._names_of(candidates)
-        leaves = [(t, found) for t, found in zip(candidates, names) if found]
-        if not leaves:
-            raise RuntimeError("backward: no tensor in this graph requires grad; create the inputs with "
-                               "requires_grad=True (or call .requires_grad_())")  # fmt: skip
-        for t, g in zip((t for t, _ in leaves), self._gradients([found for _, found in leaves], gradient, "backward")):
-            if g is not None:
-                t.grad = g if t.grad is None else t.grad + g
-        if not retain_graph:
-            self._autograd_uop, self._graph_freed = None, True
-        return self
-
-    _graph_freed = False  # backward() ran without retain_graph: realizing this tensor keeps no graph for autograd
-
-    def _names_of(self, tensors: Sequence[Tensor]) -> list[list[UOp]]:
-        """For each tensor, the nodes of this tensor's autograd graph that stand for it.
-
-        The graph may have been built before some of its nodes (or the tensors) were realized: both sides are
-        compared as they stand now."""
-        now = _current_map(self._autograd_root())
-        by_current: dict[UOp, list[UOp]] = {}
-        for original, current in now.items():
-            by_current.setdefault(current, []).append(original)
-        return [by_current.get(_current(t.uop), []) for t in tensors]
-
-    def _gradients(self, names: list[list[UOp]], gradient: Tensor | None, op: str = "gradient") -> list[Tensor | None]:
-        from glassgrad.gradient import compute_gradient
-
-        seed = self._seed_gradient(gradient, op)
-        grads = compute_gradient(self._autograd_root(), seed.uop, {node for found in names for node in found})
-        out: list[Tensor | None] = []
-        for found in names:
-            parts = [Tensor(grads[node]) for node in found if node in grads]
-            out.append(functools.reduce(lambda a, b: a + b, parts) if parts else None)
-        return out
-
-    def _seed_gradient(self, gradient: Tensor | None, op: str) -> Tensor:
-        if gradient is None:
-            if self.numel() != 1:
-                raise RuntimeError(f"{op}: the output has shape {self.shape}; an implicit gradient needs a scalar or "
-                                   "one-element output, so pass gradient= of the same shape")  # fmt: skip
-            return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
-        if gradient.shape != self.shape:
-            raise ValueError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
-        return gradient.cast(self.dtype)
-
     @staticmethod
     def _derived(uop: UOp, *parents: Tensor) -> Tensor:
-        """The result of an op: it requires grad when any input does, and is not a leaf."""
+        """The result of an op: a float result requires grad when any input does, and then it has autograd history
+        (it is not a leaf)."""
         if all(p.uop.dtype is not uop.dtype for p in parents):  # a dtype an input has, its device holds already
             _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
-        out._start(uop, True if not Tensor.no_grad and any(p.requires_grad for p in parents) else None, is_leaf=False)
+        grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
+        out._start(uop, True if grad else None, is_leaf=not grad)
         return out
 
     # ---- movement: views of the same data, no copies ----
@@ -1050,41 +963,22 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
     return False
 
 
-_NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
-
-
 def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
     """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
     schedule of its kernels."""
     for t in tensors:
         t._set_uop(t._current_uop())
     scheduled = cached_schedule([t.uop for t in tensors])
-    _become(scheduled.mapping)
+    become(scheduled.mapping)
     for t, root in zip(tensors, scheduled.roots):  # a view of a kernelized node now reads through its buffer
         t._set_uop(root)
     return scheduled
 
 
-def _intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
-    """The new buffers of a kernelize mapping that nothing will read after the run: not the realized tensors'
-    own, and not reachable from any live tensor's graph (a lazy graph built on them, or one autograd keeps)."""
-    roots = {t.uop.base for t in tensors}
-    fresh = {node: assign.base for node, assign in kernelized.items() if assign.base.op is Ops.ASSIGN
-             and assign.base not in roots and not assign.base.src[1].arg.assign}  # fmt: skip
-    if len(fresh) < 2:  # sharing needs two buffers: skip the walk over every live graph
-        return set()
-    live = [u for ref in list(_all_tensors.values()) if (t := ref()) is not None
-            for u in (t.uop, t._autograd_uop) if u is not None]  # fmt: skip
-    # a kernel's sources are not read after the run; a stale graph reads what its nodes were replaced by since
-    reached = set(UOp(Ops.SINK, dtypes.void, tuple(live)).toposort(enter=lambda n: n.op not in _NOT_ENTERED))
-    reached |= {_resolve(n).base for n in reached if n in _replaced}
-    return {assign.src[0] for node, assign in fresh.items() if node not in reached and assign not in reached}
-
-
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:
     """Point the tensors, and every graph, at the buffers the kernels of the assigns `ran` filled."""
     realized = {n: _renamed_after_assign(n) for n in ran}
-    _become(realized)
+    become(realized)
     for t, root in zip(tensors, scheduled.roots):
         t._set_uop(root.substitute(realized))
 
@@ -1098,67 +992,3 @@ def _renamed_after_assign(assigned: UOp) -> UOp:
     alias = new_buffer(buffer.device, buffer.arg, buffer.dtype)
     share_buffer(alias, buffer)
     return alias
-
-
-def _readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """Live lazy tensors that read a buffer one of these tensors' assigns overwrites: realized in the same run
-    (before the assign), they keep the values they were built to have, as in eager execution."""
-    if not Tensor._pending_assigns():  # the common case costs one pass over the live tensors, no graph walk
-        return []
-    graph = UOp(Ops.SINK, dtypes.void, tuple(t._current_uop() for t in tensors)).toposort()
-    written = {_base_buffer(n.src[0]) for n in graph if n.op is Ops.ASSIGN and n.src[1].op is not Ops.KERNEL}
-    if not written:
-        return []
-    chosen = set(map(id, tensors))
-    lazy = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and id(t) not in chosen
-            and t.uop.base.op not in (Ops.BUFFER, Ops.ASSIGN)]  # fmt: skip
-    reads: dict[UOp, bool] = {}
-    for node in UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in lazy)).toposort():
-        reads[node] = node in written or any(reads[s] for s in node.src if node.op is not Ops.ASSIGN)
-    return [t for t in lazy if reads.get(t.uop)]
-
-
-def _base_buffer(node: UOp) -> UOp:
-    while node.op is not Ops.BUFFER and node.src:
-        node = node.base if node.base is not node else node.src[0]
-    return node
-
-
-def _resolve(node: UOp) -> UOp:
-    """What a node stands for now, following realized and kernelized replacements."""
-    while node in _replaced:
-        node = _replaced[node]
-    return node
-
-
-def _current_map(root: UOp) -> dict[UOp, UOp]:
-    """For every node of a graph, what stands for it now: realized or kernelized nodes are replaced, and the nodes
-    above them rebuilt. Each rebuilt node is remembered, so a tensor still pointing at the old node follows it."""
-    new: dict[UOp, UOp] = {}
-    for node in root.toposort():
-        if node in _replaced:  # what replaced it may itself have parts replaced since (ASSIGN(BUFFER, KERNEL))
-            target = _resolve(node)
-            new[node] = _current(target) if target.src else target
-            continue
-        src = tuple(new[s] for s in node.src)
-        new[node] = node if src == node.src else node.replace(src=src)
-        if new[node] is not node:
-            _replaced[node] = new[node]
-    return new
-
-
-def _current(root: UOp) -> UOp:
-    """A graph as it stands now (see _current_map)."""
-    return _current_map(root)[root] if _replaced else root
-
-
-def _become(mapping: dict[UOp, UOp]) -> None:
-    """Point every tensor whose graph is a key of `mapping` at its value, and remember it for other graphs."""
-    if not mapping:
-        return
-    for key, value in mapping.items():
-        _replaced[key] = value
-    for ref in list(_all_tensors.values()):
-        t = ref()
-        if t is not None and t.uop in _replaced:
-            t._set_uop(_resolve(t.uop))

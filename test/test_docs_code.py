@@ -39,6 +39,7 @@ import traceback
 import pytest
 
 from glassgrad import Context, Device, GlobalCounters, Tensor
+from glassgrad.live import pending_assigns
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -152,7 +153,7 @@ def run_page(path: pathlib.Path) -> int:
     old = Device.DEFAULT
     Device.DEFAULT = "CPU"
     gc.collect()  # as in a fresh process: tensors that earlier tests dropped are gone, and assigns they left are done
-    if pending := Tensor._pending_assigns():
+    if pending := pending_assigns():
         Tensor.realize(*pending)
     GlobalCounters.reset()
     try:

@@ -16,6 +16,7 @@ from glassgrad.engine.checks import raise_failed_checks
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, capturing, checking_kernels
 from glassgrad.helpers import DEBUG, JIT
+from glassgrad.live import pending_assigns, readers_of_buffers
 from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
@@ -91,6 +92,8 @@ class TinyJit(Generic[R]):
         self.signature: list[tuple[int | str, Any]] | None = None
         self.sharing: tuple[int, ...] = ()  # for each input, the first input with the same buffer
         self.internal: set[int] = set()  # ids of the captured buffers that are not inputs
+        self.written: tuple[set[int], set[int]] = (set(), set())  # ids of the internal buffers a replay writes, and
+        # the numbers of the inputs it writes
         self.result: R | None = None
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
@@ -102,6 +105,7 @@ class TinyJit(Generic[R]):
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
         self.sharing, self.internal, self.result_inputs, self.graph, self.checking = (), set(), [], None, []
+        self.written = (set(), set())
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -127,7 +131,7 @@ class TinyJit(Generic[R]):
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
         result = self.fn(*args, **kwargs)
-        pending = _tensors_in(result) + Tensor._pending_assigns()
+        pending = _tensors_in(result) + pending_assigns()
         if pending:
             Tensor.realize(*pending)
         return result
@@ -146,6 +150,9 @@ class TinyJit(Generic[R]):
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
         self.sharing = _sharing([_buffer_of_tensor(t) for t in inputs])
         self.internal = {id(b) for item in recorded for b in item.bufs if id(b) not in input_buffers}
+        outputs = [item.bufs[0] for item in recorded]
+        self.written = ({id(b) for b in outputs if id(b) not in input_buffers},
+                        {input_buffers[id(b)] for b in outputs if id(b) in input_buffers})  # fmt: skip
         for i, j, _ in self.input_slots:  # every replay puts its own inputs in: the capture's need not stay allocated
             recorded[i].bufs[j] = None  # type: ignore[call-overload]
         self.memory_saved = _plan_replay_memory(recorded)
@@ -163,6 +170,9 @@ class TinyJit(Generic[R]):
     def _replay(self, args: tuple, kwargs: dict, inputs: list) -> R:
         buffers = [_buffer_of_tensor(t) for t in inputs]
         self._check_same_call(args, kwargs, buffers)
+        # a lazy tensor that reads what the replay overwrites keeps the values it was built to have (as realize does)
+        if readers := readers_of_buffers(self.written[0] | {id(buffers[n]) for n in self.written[1]}):
+            Tensor.realize(*readers)
         for n, b in enumerate(buffers):
             if id(b) in self.internal:  # an earlier output passed back in: the replay would overwrite it as it reads
                 buffers[n] = Buffer(b.device, b.size, b.dtype).copyin(b.as_bytes())

@@ -4,6 +4,7 @@ Each mixin builds only on Tensor's core methods (elementwise ops, reductions, mo
 gradient comes from the primitive ops it is made of.
 """
 
+from glassgrad.mixin.autograd import AutogradMixin
 from glassgrad.mixin.indexing import IndexingMixin
 from glassgrad.mixin.linalg import LinalgMixin
 from glassgrad.mixin.math import MathMixin
@@ -11,4 +12,4 @@ from glassgrad.mixin.nn import NNMixin
 from glassgrad.mixin.random import RandomMixin
 from glassgrad.mixin.reduce import ReduceMixin
 
-__all__ = ["IndexingMixin", "LinalgMixin", "MathMixin", "NNMixin", "RandomMixin", "ReduceMixin"]
+__all__ = ["AutogradMixin", "IndexingMixin", "LinalgMixin", "MathMixin", "NNMixin", "RandomMixin", "ReduceMixin"]

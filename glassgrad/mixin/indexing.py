@@ -59,7 +59,7 @@ class IndexingMixin:
             return
         self.uop, self._autograd_uop = new.uop, None
         if grad:
-            self.requires_grad, self._is_leaf = True, False
+            self._requires_grad, self._is_leaf = True, False
 
     # ---- gather, scatter, masks ----
 

@@ -19,7 +19,7 @@ class Optimizer:
         for p in params:
             if not isinstance(p, Tensor):
                 raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(p).__name__}")
-            if p.requires_grad is None:
+            if p.requires_grad is None and dtypes.is_float(p.dtype):  # an integer tensor (a counter) has no gradient
                 p.requires_grad_(True)
         self.params = params
         device = params[0].device
@@ -36,10 +36,14 @@ class Optimizer:
         return [self.lr, self.step_count]
 
     def step(self) -> None:
-        """Update every parameter that has a gradient, then run the update (one fused schedule)."""
+        """Update every parameter that has a gradient, then run the update (one fused schedule). As in PyTorch, a
+        parameter without one (no backward() reached it yet) is left alone; with none at all, nothing changes."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return
         self.step_count.assign(self.step_count + 1)
         # a gradient reads the old values of other parameters: compute them all before any parameter is overwritten
-        Tensor.realize(*[p.grad for p in self.params if p.grad is not None])
+        Tensor.realize(*grads)
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue

@@ -191,8 +191,10 @@ class UOp:
                 order.append(node)
         return order
 
-    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
-        """This graph with every node found in `mapping` replaced by its value."""
+    def substitute(self, mapping: dict[UOp, UOp], rebuilt: Callable[[UOp, UOp, dict[UOp, UOp]], None] | None = None
+                   ) -> UOp:  # fmt: skip
+        """This graph with every node found in `mapping` replaced by its value; `rebuilt(old, new, done)` is told of
+        each node above a replaced one that was built again (`done` maps the nodes seen so far to their new ones)."""
         new: dict[UOp, UOp] = {}
         # a replaced node's sources are not read: the walk stops there (a kernelized graph's KERNELs, say)
         for node in self.toposort(enter=lambda n: n not in mapping):
@@ -201,6 +203,8 @@ class UOp:
                 continue
             src = tuple(new[s] for s in node.src)
             new[node] = node if src == node.src else node.replace(src=src)
+            if rebuilt is not None and new[node] is not node:
+                rebuilt(node, new[node], new)
         return new[self]
 
     # ---- building nodes ----
