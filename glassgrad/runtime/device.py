@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import pathlib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import DType
-from glassgrad.helpers import cache_dir, getenv
+from glassgrad.helpers import getenv
 
 
 class Allocator:
@@ -46,27 +45,18 @@ class Compiler:
     def compile_cached(self, src: str) -> bytes:
         if getenv("DISABLE_COMPILER_CACHE", 0):
             return self.compile(src)
-        digest = hashlib.sha256(f"{type(self).__name__}\0{self.cache_key}\0{src}".encode()).hexdigest()
-        path = cache_dir() / "compiled" / digest[:2] / digest
-        if path.exists():
-            return path.read_bytes()
-        binary = self.compile(src)
-        _write_atomically(path, binary)
+        key = f"{type(self).__name__}\0{self.cache_key}\0{src}"
+        if (binary := cache_get("kernels", key)) is None:
+            binary = self.compile(src)
+            cache_put("kernels", key, binary)
         return binary
-
-
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # kernels compile side by side
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 class Program:
     """A loaded kernel: call it with buffers (and loop bounds for threads) to run it; returns seconds if timed."""
 
     def __init__(self, name: str, binary: bytes):
-        self.name, self.binary = name, binary
+        self.name = name  # the binary is not kept: a loaded program holds what it needs
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] = (1,),
                  wait: bool = False) -> float | None:  # fmt: skip
