@@ -286,14 +286,15 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             raise ValueError(f"assign: value is on {value.device} but the tensor is on {self.device}")
         if value.dtype != self.dtype:
             raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
-        target = self._current_uop()
-        if _reads_through_other_view(value._current_uop(), target):
-            value = value.contiguous()  # x.assign(x.T): read everything before anything is overwritten
+        # the value as it is now: its own graph, built on nodes realized since (rng state + step), keeps old steps alive
+        target, current = self._current_uop(), value._current_uop()
+        if _reads_through_other_view(current, target):  # x.assign(x.T): read everything before anything is overwritten
+            current = Tensor(current).contiguous().uop
         # a buffer (or a view of one), or an assign still to run on it: this assign is ordered after that one
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
-            target = self.uop
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+            target, current = self.uop, _current(current)
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, current))
         return self
 
     def _host_bytes(self) -> bytearray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,8 @@ class Compiled:
     renderer: Any  # glassgrad.renderer.Renderer
     compiler: Compiler
     program: type[Program]
-    programs: dict[str, Program] = field(default_factory=dict)  # loaded programs, by source
+    # loaded programs, by source, while something (the engine's kernels, a TinyJit's capture) holds them
+    programs: weakref.WeakValueDictionary[str, Program] = field(default_factory=weakref.WeakValueDictionary)
 
     def load(self, name: str, src: str, binary: bytes | None = None) -> Program:
         """Load a kernel's source once per process: its `binary` where compiled already, else through the compiler's

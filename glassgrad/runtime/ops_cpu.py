@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import ctypes.util
 import functools
@@ -184,6 +185,12 @@ class CPUProgram(Program):
             if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its one slow run was a cold start (caches,
                 self.single_thread_seconds = 0.0  # page faults): next time it runs on one core and is timed again
         return time.perf_counter() - start if wait else None
+
+    def __del__(self):
+        try:  # unmap the library: a process that makes many kernels must not keep every one it ever made
+            _ctypes.dlclose(self.lib._handle)
+        except Exception:  # interpreter shutdown, or __init__ failed before it was loaded
+            pass
 
     def _pointers(self, bufs: tuple) -> ctypes.Array:
         """The buffers' addresses as a C array for the pool, made again only when the buffers change (a TinyJit
