@@ -22,6 +22,7 @@ from glassgrad.dtype import (
 )
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
 from glassgrad.mixin import IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
@@ -248,6 +249,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         """The kernels that realizing these tensors would run, in order."""
         return _kernelize((self, *others)).items
 
+    @one_thread_at_a_time
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
@@ -294,7 +296,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
             target, current = self.uop, _current(current)
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, current))
+        self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, current)), thread_id()  # (TinyJit's)
         return self
 
     def _host_bytes(self) -> bytearray:
@@ -1052,6 +1054,7 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
 
 
+@one_thread_at_a_time
 def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
     """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
     schedule of its kernels."""

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import ExecItem, _buffers, buffer_of, capturing
+from glassgrad.engine.realize import ExecItem, _buffers, buffer_of
+from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime import cuda_graph
 from glassgrad.runtime.device import Buffer
@@ -104,6 +105,7 @@ class TinyJit(Generic[R]):
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
 
+    @one_thread_at_a_time  # a replay puts this call's inputs into the captured items: one call at a time
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if not JIT:
             return self.fn(*args, **kwargs)
@@ -125,18 +127,19 @@ class TinyJit(Generic[R]):
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
         result = self.fn(*args, **kwargs)
-        pending = _tensors_in(result) + Tensor._pending_assigns()
-        if pending:
+        here = thread_id()  # this thread's assigns: another thread's belong to that thread's step
+        assigned = [t for t in Tensor._pending_assigns() if getattr(t, "_assigned_in", here) == here]
+        if pending := _tensors_in(result) + assigned:
             Tensor.realize(*pending)
         return result
 
     def _capture(self, args: tuple, kwargs: dict, inputs: list) -> R:
         recorded: list[ExecItem] = []
-        capturing.append(recorded)
+        captures().append(recorded)
         try:
             result = self._run_and_realize(args, kwargs)
         finally:
-            capturing.remove(recorded)
+            captures().remove(recorded)
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)

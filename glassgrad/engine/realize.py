@@ -12,6 +12,7 @@ from glassgrad.codegen import ProgramSpec
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
 from glassgrad.engine.memory import plan_memory
+from glassgrad.engine.threads import captures
 from glassgrad.helpers import BEAM, DEBUG, NOOPT
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -137,10 +138,6 @@ class ExecItem:
             kernel_ran(self.runner.device, self.runner.spec, seconds)
 
 
-# While TinyJit captures a function, every item that runs is also appended here.
-capturing: list[list[ExecItem]] = []
-
-
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
@@ -166,7 +163,7 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
         plan_memory(items, kept=lambda b: id(b) not in planned)
     for exec_item in items:
         exec_item.run()
-        for captured in capturing:
+        for captured in captures():  # the TinyJit captures running in this thread
             captured.append(exec_item)
 
 

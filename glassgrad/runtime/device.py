@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class _DeviceRegistry:
         self._opened: dict[str, Compiled] = {}
         self._default: str | None = None
         self._registered: dict[str, Callable[[str], Compiled]] = {}  # devices defined outside glassgrad/runtime
+        self._opening = threading.RLock()  # re-entrant, should a device's factory open another device
 
     def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
         """Add a device defined outside glassgrad: `Device["NAME"]` (or "NAME:1") then opens `factory(name)`."""
@@ -114,7 +116,9 @@ class _DeviceRegistry:
     def __getitem__(self, name: str) -> Compiled:
         name = self.canonicalize(name)
         if name not in self._opened:
-            self._opened[name] = self._factory(name)(name)
+            with self._opening:  # opened once, even when two threads ask for it first at the same time
+                if name not in self._opened:
+                    self._opened[name] = self._factory(name)(name)
         return self._opened[name]
 
     def _factory(self, name: str) -> Callable[[str], Compiled]:
