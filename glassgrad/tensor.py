@@ -296,7 +296,7 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
             target, current = self.uop, _current(current)
-        self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, current)), thread_id()  # (TinyJit's)
+        self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, current)), thread_id()  # for TinyJit
         return self
 
     def _host_bytes(self) -> bytearray:
