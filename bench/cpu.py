@@ -27,6 +27,7 @@ from bench.common import header, tinygrad_cpu  # noqa: E402
 from bench.common import median_seconds as _median_seconds  # noqa: E402
 from glassgrad import Context, Tensor, TinyJit, getenv  # noqa: E402
 from glassgrad.engine import realize as engine  # noqa: E402
+from glassgrad.engine.threads import captures  # noqa: E402
 
 PARTS = [p for p in os.environ.get("PARTS", "matmul,conv,elementwise,mnist").split(",") if p]
 MATMUL_SIZES = (512, 1024, 2048)
@@ -74,11 +75,11 @@ def time_glassgrad(make, flags: dict, repeats: int | None = None) -> float:
 
 def kernels_of(fn, arg) -> list:
     """The compiled kernels (ExecItems, with their buffers) that realizing fn(arg) runs."""
-    engine.capturing.append(items := [])
+    captures().append(items := [])
     try:
         fn(arg).realize()
     finally:
-        engine.capturing.remove(items)
+        captures().remove(items)
     return items
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pathlib
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
@@ -110,14 +109,6 @@ def colored(text: str, color: str | None, bright: bool = False) -> str:
     if color is None or not use_color():
         return text
     return f"\u001b[{COLORS[color] + 60 * bright}m{text}\u001b[0m"
-
-
-def cache_dir() -> pathlib.Path:
-    """Where glassgrad keeps compiled kernels: $XDG_CACHE_HOME/glassgrad or ~/.cache/glassgrad."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = pathlib.Path(base) / "glassgrad"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def flatten(nested: Iterable[Iterable[T]]) -> list[T]:

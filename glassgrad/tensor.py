@@ -21,6 +21,7 @@ from glassgrad.dtype import (
 from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
 from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
@@ -245,6 +246,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         """The kernels that realizing these tensors would run, in order."""
         return _kernelize((self, *others)).items
 
+    @one_thread_at_a_time
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
         start, before = time.perf_counter(), GlobalCounters.kernel_count
@@ -281,14 +283,15 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
             raise ValueError(f"assign: value is on {value.device} but the tensor is on {self.device}")
         if value.dtype != self.dtype:
             raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
-        target = self._current_uop()
-        if _reads_through_other_view(value._current_uop(), target):
-            value = value.contiguous()  # x.assign(x.T): read everything before anything is overwritten
+        # the value as it is now: its own graph, built on nodes realized since (rng state + step), keeps old steps alive
+        target, value_now = self._current_uop(), value._current_uop()
+        if _reads_through_other_view(value_now, target):  # x.assign(x.T): read everything before it is overwritten
+            value_now = Tensor(value_now).contiguous().uop
         # a buffer (or a view of one), or an assign still to run on it: this assign is ordered after that one
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
-            target = self.uop
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+            target, value_now = self.uop, current(value_now)
+        self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, value_now)), thread_id()  # for TinyJit
         return self
 
     def _host_bytes(self) -> bytearray:
@@ -963,6 +966,7 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
     return False
 
 
+@one_thread_at_a_time
 def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
     """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
     schedule of its kernels."""

@@ -169,3 +169,30 @@ def gpu_opts(ast) -> list:
     from glassgrad.renderer.cuda import CUDARenderer
 
     return hand_coded_opts(ast, CUDARenderer.vector_lanes, has_local=True)
+
+
+def peak_memory_growth_mb(code: str, setup: str = "") -> float:
+    """How far the peak resident memory of a fresh Python process grows while it runs `code` (after `setup`, which
+    imports glassgrad). The peak is /proc/self/status's VmHWM: resource.getrusage's ru_maxrss survives exec, so a
+    child started by a large test process would start at its parent's peak. `code` may raise: a refusal is the point."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = f"""
+from glassgrad import Tensor
+{textwrap.dedent(setup)}
+def peak_mb():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) / 1024
+Tensor([1.0]).realize()  # the first kernel's compiler and libraries count as the baseline
+before = peak_mb()
+try:
+{textwrap.indent(textwrap.dedent(code), "    ")}
+except Exception as e:
+    print(type(e).__name__, e)
+print(peak_mb() - before)
+"""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "CPU": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout.strip().splitlines()[-1])

@@ -4,24 +4,23 @@
 kernels), each round applies every valid action (on a GPU LOCAL and GROUP too) to
 each of the N fastest kernels so far, compiles and times the results on the device (on scratch buffers of the
 kernel's sizes), and keeps the N fastest; it stops when a round finds nothing faster. The chosen actions are stored
-under cache_dir()/beam, keyed by the kernel's AST, the device, its compiler, N and the heuristics' choice (the
-search's starting point: when the heuristics change, an old winner found from a worse start is searched again), so a
-second run does not search.
+in the disk cache (disk_cache.py, table "beam"), keyed by the kernel's AST, the device, its compiler, N and the
+heuristics' choice (the search's starting point: when the heuristics change, an old winner found from a worse start is
+searched again), so a second run does not search.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import struct
 import time
 from typing import TYPE_CHECKING
 
 from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
+from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import dtypes
-from glassgrad.helpers import DEBUG, cache_dir, prod
+from glassgrad.helpers import DEBUG, prod
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -164,21 +163,18 @@ def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
     return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
 
 
-def _cache_path(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:
+def _cache_key(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:
     from glassgrad.runtime.device import Device
 
-    dev = Device[device]
-    key = f"{device}\0{dev.compiler.cache_key}\0{width}\0{heuristic}\0{ast!r}"
-    return os.path.join(cache_dir(), "beam", hashlib.sha256(key.encode()).hexdigest() + ".json")
+    return f"{device}\0{Device[device].compiler.cache_key}\0{width}\0{heuristic}\0{ast!r}"
 
 
 def cached_opts(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...] | None = None) -> tuple[Opt, ...] | None:
     """The opts an earlier search chose for this kernel, device and width (from the heuristics' choice), or None."""
-    path = _cache_path(ast, device, width, _heuristic_opts(ast, device) if heuristic is None else heuristic)
-    if not os.path.exists(path):
+    key = _cache_key(ast, device, width, _heuristic_opts(ast, device) if heuristic is None else heuristic)
+    if (found := cache_get("beam", key)) is None:
         return None
-    with open(path) as f:
-        return tuple(Opt(op, axis, amount) for op, axis, amount in json.load(f))
+    return tuple(Opt(op, axis, amount) for op, axis, amount in json.loads(found))
 
 
 def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
@@ -218,10 +214,9 @@ def beam_search(ast: UOp, device: str, width: int) -> tuple[Opt, ...]:
     if DEBUG >= 1:
         print(f"BEAM={width}: {list(chosen)} in {time.perf_counter() - start:.1f} s, {len(tried)} candidates, "
               f"{beam[0][1] * 1e6:.1f} us")  # fmt: skip
-    path = _cache_path(ast, device, width, heuristic)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump([[o.op, o.axis, o.amount] for o in chosen], f)
-    os.replace(tmp, path)
+    cache_put(
+        "beam",
+        _cache_key(ast, device, width, heuristic),
+        json.dumps([[o.op, o.axis, o.amount] for o in chosen]).encode(),
+    )
     return chosen

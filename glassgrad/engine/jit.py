@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from glassgrad.engine.checks import raise_failed_checks
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, capturing, checking_kernels
+from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, checking_kernels
+from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.live import pending_assigns, readers_of_buffers
 from glassgrad.runtime import cuda_graph
@@ -110,6 +111,7 @@ class TinyJit(Generic[R]):
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
 
+    @one_thread_at_a_time  # a replay puts this call's inputs into the captured items: one call at a time
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if not JIT:
             return self.fn(*args, **kwargs)
@@ -131,18 +133,19 @@ class TinyJit(Generic[R]):
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
         result = self.fn(*args, **kwargs)
-        pending = _tensors_in(result) + pending_assigns()
-        if pending:
+        here = thread_id()  # this thread's assigns: another thread's belong to that thread's step
+        assigned = [t for t in pending_assigns() if getattr(t, "_assigned_in", here) == here]
+        if pending := _tensors_in(result) + assigned:
             Tensor.realize(*pending)
         return result
 
     def _capture(self, args: tuple, kwargs: dict, inputs: list) -> R:
         recorded: list[ExecItem] = []
-        capturing.append(recorded)
+        captures().append(recorded)
         try:
             result = self._run_and_realize(args, kwargs)
         finally:
-            capturing.remove(recorded)
+            captures().remove(recorded)
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
         self.checking = checking_kernels(recorded)
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}

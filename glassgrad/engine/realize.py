@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from glassgrad.codegen import ProgramSpec
@@ -12,6 +13,7 @@ from glassgrad.engine.checks import error_buffer, raise_failed_checks
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
 from glassgrad.engine.memory import plan_memory
+from glassgrad.engine.threads import captures
 from glassgrad.helpers import BEAM, DEBUG, NOOPT
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -45,16 +47,28 @@ class CompiledKernel:
                             wait=wait)  # fmt: skip
 
 
-_kernels: dict[tuple[str, UOp, int, int], CompiledKernel] = {}
+# The kernels compiled in this process, the most recently used last. Past KERNEL_CACHE_SIZE the least recently used
+# is forgotten (and unloaded once nothing else, a TinyJit's capture say, holds it): a program that makes a new kernel
+# every call (a new constant in each, or a new shape) would otherwise grow by a loaded library per call.
+KERNEL_CACHE_SIZE = 1024
+_kernels: OrderedDict[tuple[str, UOp, int, int], CompiledKernel] = OrderedDict()
 
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     """Compile an AST for a device once per process (the source is also cached on disk by the compiler)."""
     key = _kernel_key(device, ast)
-    if key not in _kernels:
-        spec = _program_spec(device, ast)
-        _kernels[key] = CompiledKernel(device, spec, Device[device].load(spec.name, spec.src))
-    return _kernels[key]
+    if (found := _kernels.get(key)) is not None:
+        _kernels.move_to_end(key)
+        return found
+    spec = _program_spec(device, ast)
+    return _keep(key, CompiledKernel(device, spec, Device[device].load(spec.name, spec.src)))
+
+
+def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
+    _kernels[key] = kernel
+    while len(_kernels) > KERNEL_CACHE_SIZE:
+        _kernels.popitem(last=False)
+    return kernel
 
 
 def compile_ahead(kernels: list[tuple[str, UOp]]) -> None:
@@ -69,7 +83,7 @@ def compile_ahead(kernels: list[tuple[str, UOp]]) -> None:
     with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
         binaries = pool.map(lambda found: Device[found[0]].compiler.compile_cached(found[1].src), specs.values())
         for (key, (device, spec)), binary in zip(specs.items(), binaries, strict=True):
-            _kernels[key] = CompiledKernel(device, spec, Device[device].load(spec.name, spec.src, binary))
+            _keep(key, CompiledKernel(device, spec, Device[device].load(spec.name, spec.src, binary)))
 
 
 def _kernel_key(device: str, ast: UOp) -> tuple:
@@ -125,10 +139,6 @@ class ExecItem:
             kernel_ran(self.runner.device, self.runner.spec, seconds)
 
 
-# While TinyJit captures a function, every item that runs is also appended here.
-capturing: list[list[ExecItem]] = []
-
-
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
@@ -161,7 +171,7 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
     try:
         for exec_item in items:
             exec_item.run()
-            for captured in capturing:
+            for captured in captures():  # the TinyJit captures running in this thread
                 captured.append(exec_item)
     finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
         raise_failed_checks(checking_kernels(items))

@@ -14,6 +14,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, to_dtype
+from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import prod
 from glassgrad.tensor_math import polynomial
 
@@ -42,6 +43,7 @@ class RandomMixin:
     _rng_states: dict[str, Tensor]
 
     @classmethod
+    @one_thread_at_a_time
     def manual_seed(cls, seed: int = 0) -> None:
         """Make the random functions reproducible from `seed`."""
         if not isinstance(seed, int) or isinstance(seed, bool):
@@ -66,6 +68,7 @@ class RandomMixin:
         return (cls._seed ^ (cls._seed >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
 
     @classmethod
+    @one_thread_at_a_time  # the state is read and advanced together: two threads must not draw the same numbers
     def _random_bits(cls, count: int, device: str) -> Tensor:
         """`count` uint32 values from a hash of (seed, counter): each call advances the counter (lazily, by assign)."""
         state = cls._rng_state(device)

@@ -7,6 +7,7 @@ import hashlib
 import os
 import pathlib
 import struct
+import zlib
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
@@ -31,6 +32,11 @@ CHECKSUMS = {
 }
 
 IDX_MAGIC = {2049: 1, 2051: 3}  # labels: 1 dimension; images: 3
+# The size of each file uncompressed, the same in both datasets: a file is never read past it, so a gzip bomb (1 MB
+# that inflates to 1 GB) costs no more memory than the real file.
+CHUNK = 1 << 20  # bytes read (inflated) at a time
+FILE_SIZES = {"train-images-idx3-ubyte": 47_040_016, "train-labels-idx1-ubyte": 60_008,
+              "t10k-images-idx3-ubyte": 7_840_016, "t10k-labels-idx1-ubyte": 10_008}  # fmt: skip
 
 
 def search_dirs(name: str, path: str | os.PathLike | None) -> list[pathlib.Path]:
@@ -46,6 +52,15 @@ def search_dirs(name: str, path: str | os.PathLike | None) -> list[pathlib.Path]
 
 def read_idx(raw: bytes, where: str) -> tuple[bytes, tuple[int, ...]]:
     """The payload and shape of an idx file (big-endian magic 2049 for labels, 2051 for images)."""
+    shape = idx_shape(raw, where)
+    payload = raw[4 + 4 * len(shape) :]
+    if len(payload) != prod(shape):
+        raise ValueError(f"{where}: the header says shape {shape} ({prod(shape)} bytes) but {len(payload)} follow")
+    return payload, shape
+
+
+def idx_shape(raw: bytes, where: str) -> tuple[int, ...]:
+    """The shape an idx file's header (at the start of `raw`) declares."""
     if len(raw) < 8:
         raise ValueError(f"{where}: {len(raw)} bytes is too short for an idx file")
     (magic,) = struct.unpack(">I", raw[:4])
@@ -56,18 +71,14 @@ def read_idx(raw: bytes, where: str) -> tuple[bytes, tuple[int, ...]]:
     ndim = IDX_MAGIC[magic]
     if len(raw) < 4 + 4 * ndim:
         raise ValueError(f"{where}: {len(raw)} bytes is too short for the header of an idx file of {ndim} dimensions")
-    shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    payload = raw[4 + 4 * ndim :]
-    if len(payload) != prod(shape):
-        raise ValueError(f"{where}: the header says shape {shape} ({prod(shape)} bytes) but {len(payload)} follow")
-    return payload, shape
+    return struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
 
 
 def _load_file(name: str, stem: str, dirs: list[pathlib.Path]) -> tuple[bytes, tuple[int, ...]]:
     for folder in dirs:
         for candidate in (folder / f"{stem}.gz", folder / stem):
             if candidate.exists():
-                raw = gzip.decompress(candidate.read_bytes()) if candidate.suffix == ".gz" else candidate.read_bytes()
+                raw = _read_capped(name, candidate, FILE_SIZES[stem])
                 found = hashlib.sha256(raw).hexdigest()
                 if found != CHECKSUMS[name][stem]:
                     raise ValueError(f"{name}: {candidate} is corrupt: its sha256 is {found}, expected "
@@ -76,6 +87,31 @@ def _load_file(name: str, stem: str, dirs: list[pathlib.Path]) -> tuple[bytes, t
     looked = ", ".join(str(d) for d in dirs)
     hint = " (install the Debian package dataset-fashion-mnist)" if name == "fashion-mnist" else ""
     raise FileNotFoundError(f"{name}: {stem}[.gz] not found; looked in: {looked}{hint}")
+
+
+def _read_capped(name: str, path: pathlib.Path, size: int) -> bytes:
+    """The file's bytes (inflated, for a .gz), streamed: its idx header must declare `size` bytes in all, and the
+    stream is read no further than one byte past them."""
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            head = f.read(8)  # the magic number and the first dimension
+            head += f.read(4 * IDX_MAGIC.get(int.from_bytes(head[:4], "big"), 1) - 4)  # an unknown magic: idx_shape
+            declared = len(head) + prod(idx_shape(head, f"{name}: {path}"))
+            if declared != size:
+                raise ValueError(f"{name}: {path}: its header declares {declared} bytes in all, but this file of "
+                                 f"{name} is {size} bytes")  # fmt: skip
+            chunks, got = [head], len(head)
+            while got < size and (chunk := f.read(min(CHUNK, size - got))):  # never more than the header declares
+                chunks.append(chunk)
+                got += len(chunk)
+            if got < size or f.read(1):
+                raise ValueError(f"{name}: {path} is {'cut short' if got < size else 'longer than'} the {size} "
+                                 "bytes its header declares")  # fmt: skip
+    except (OSError, EOFError, zlib.error) as e:  # not gzip (BadGzipFile), a stream cut short
+        raise ValueError(
+            f"{name}: {path} cannot be read as {'gzip' if path.suffix == '.gz' else 'a file'}: {type(e).__name__}: {e}"
+        ) from None
+    return b"".join(chunks)
 
 
 def mnist(fashion: bool = False, path: str | os.PathLike | None = None,

@@ -1,4 +1,4 @@
-"""Model state: finding parameters, state dicts, safetensors files and PyTorch checkpoints.
+"""Model state: finding parameters, state dicts, safetensors files and PyTorch checkpoints (torch_file.py).
 
 Reading a file never runs code from it: safetensors is JSON and raw bytes, and PyTorch's pickles go
 through an unpickler that only builds tensors, storages and plain containers.
@@ -7,16 +7,24 @@ through an unpickler that only builds tensors, storages and plain containers.
 from __future__ import annotations
 
 import json
-import mmap
 import os
-import pickle
 import struct
-import zipfile
-from typing import Any
+from typing import Any, BinaryIO
 
 from glassgrad.dtype import DType, dtypes
-from glassgrad.helpers import prod, strides_for_shape
+from glassgrad.helpers import prod
+from glassgrad.nn.torch_file import torch_load
 from glassgrad.tensor import Tensor
+
+__all__ = [
+    "get_parameters",
+    "get_state_dict",
+    "load_state_dict",
+    "safe_load",
+    "safe_load_metadata",
+    "safe_save",
+    "torch_load",
+]
 
 # ---- state dicts ----
 
@@ -44,6 +52,9 @@ def get_parameters(obj: Any) -> list[Tensor]:
 
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, realize: bool = True) -> None:
     """Copy tensors into the model's tensors by name; with strict, missing and unexpected keys are errors."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"load_state_dict: expected a state dict (a dict of name -> Tensor, as get_state_dict, "
+                        f"safe_load and torch_load give), got {type(state_dict).__name__}")  # fmt: skip
     own = get_state_dict(model)
     if strict:
         missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
@@ -51,6 +62,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected} "
                            "(pass strict=False to load only the keys both have)")  # fmt: skip
     common = [key for key in own if key in state_dict]
+    if wrong := {key: type(state_dict[key]).__name__ for key in common if not isinstance(state_dict[key], Tensor)}:
+        raise TypeError(f"load_state_dict: the state dict's values must be Tensors; these are not: {wrong}")
     for key in common:  # every shape is checked before anything is written: a failed load changes nothing
         if state_dict[key].shape != own[key].shape:
             raise ValueError(f"load_state_dict: {key!r} has shape {state_dict[key].shape} in the state dict but "
@@ -71,74 +84,102 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
 }  # fmt: skip
 
 
-def _read_safetensors_header(path: str, data: memoryview) -> tuple[dict, int]:
-    if len(data) < 8:
-        raise ValueError(f"safe_load: {path} is {len(data)} bytes, too short for a safetensors file")
-    (header_size,) = struct.unpack("<Q", data[:8])
-    if 8 + header_size > len(data):
+MAX_HEADER_BYTES = 100_000_000  # as the safetensors library: a larger header is refused before it is read
+
+
+def _read_safetensors_header(path: str, f: BinaryIO, size: int) -> tuple[dict, int]:
+    """The header of an open safetensors file of `size` bytes, and where its data starts."""
+    if size < 8:
+        raise ValueError(f"safe_load: {path} is {size} bytes, too short for a safetensors file")
+    (header_size,) = struct.unpack("<Q", f.read(8))
+    if 8 + header_size > size:
         raise ValueError(f"safe_load: {path}: the header says it is {header_size} bytes, but the file has only "
-                         f"{len(data) - 8} after the size field (truncated or not safetensors)")  # fmt: skip
+                         f"{size - 8} after the size field (truncated or not safetensors)")  # fmt: skip
+    if header_size > MAX_HEADER_BYTES:
+        raise ValueError(f"safe_load: {path}: the header says it is {header_size} bytes, more than the "
+                         f"{MAX_HEADER_BYTES} a safetensors header may have")  # fmt: skip
     try:
-        header = json.loads(bytes(data[8 : 8 + header_size]))
+        header = json.loads(f.read(header_size))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"safe_load: {path}: the header is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(
+            f"safe_load: {path}: the header is JSON nested too deeply to be a safetensors header"
+        ) from None
     if not isinstance(header, dict):
         raise ValueError(f"safe_load: {path}: the header is not a JSON object")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"safe_load: {path}: __metadata__ must map names to strings, got {metadata!r:.200}")
     return header, 8 + header_size
 
 
 def safe_load_metadata(path: str) -> dict[str, str]:
     """The __metadata__ of a safetensors file."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else _empty() as data:
-            return _read_safetensors_header(path, memoryview(data))[0].get("__metadata__", {})
-
-
-class _empty:
-    def __enter__(self):
-        return b""
-
-    def __exit__(self, *exc):
-        return None
+        return _read_safetensors_header(path, f, os.fstat(f.fileno()).st_size)[0].get("__metadata__", {})
 
 
 def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
-    """Tensors from a safetensors file, read through a memory map (only each tensor's bytes are copied)."""
+    """Tensors from a safetensors file; every entry is checked against the file before any tensor is read."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise ValueError(f"safe_load: {path} is empty")
-        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
-            data = memoryview(mapped)
-            try:
-                return _tensors_from_safetensors(path, data, device)
-            finally:
-                data.release()
+        header, start = _read_safetensors_header(path, f, size)
+        entries = _safetensors_entries(path, header, size - start)
+        out = {}
+        for name, (
+            dtype,
+            shape,
+            begin,
+            end,
+        ) in entries.items():  # each tensor's bytes read once, straight from the file
+            f.seek(start + begin)
+            out[name] = Tensor.frombuffer(f.read(end - begin), dtype, shape, device)
+        return out
 
 
-def _tensors_from_safetensors(path: str, data: memoryview, device: str | None) -> dict[str, Tensor]:
-    header, start = _read_safetensors_header(path, data)
-    available = len(data) - start
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = SAFETENSORS_DTYPES[info["dtype"]]
-            shape, (begin, end) = tuple(int(s) for s in info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"safe_load: {path}: tensor {name!r} has a malformed entry {info!r} ({e!r})") from None
-        if not 0 <= begin <= end <= available:
-            raise ValueError(f"safe_load: {path}: tensor {name!r} has data_offsets [{begin}, {end}] outside the "
-                             f"{available} bytes of data")  # fmt: skip
-        if end - begin != prod(shape) * dtype.itemsize:
-            needed = prod(shape) * dtype.itemsize
-            raise ValueError(f"safe_load: {path}: tensor {name!r} of shape {shape} and dtype {info['dtype']} needs "
-                             f"{needed} bytes but its data_offsets span {end - begin}")  # fmt: skip
-        raw = bytes(data[start + begin : start + end])
-        out[name] = Tensor.frombuffer(raw, dtype, shape, device)
-    return out
+def _safetensors_entries(path: str, header: dict, available: int) -> dict[str, tuple[DType, tuple[int, ...], int, int]]:
+    """Each tensor's dtype, shape and data offsets, checked: every entry well formed and inside the data, and the
+    tensors covering the data exactly, with no overlap and no gap (as the safetensors library checks)."""
+    entries = {name: _safetensors_entry(path, name, info, available) for name, info in header.items()
+               if name != "__metadata__"}  # fmt: skip
+    covered = 0
+    for name, (_, _, begin, end) in sorted(entries.items(), key=lambda item: item[1][2:]):
+        if begin != covered:
+            what = "overlaps the tensor before it" if begin < covered else f"leaves bytes {covered}..{begin} unused"
+            raise ValueError(f"safe_load: {path}: tensor {name!r} at data_offsets [{begin}, {end}] {what}; the "
+                             "tensors of a safetensors file cover its data exactly once")  # fmt: skip
+        covered = end
+    if covered != available:
+        raise ValueError(f"safe_load: {path}: the tensors cover {covered} of the {available} bytes of data")
+    return entries
+
+
+def _is_count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _safetensors_entry(path: str, name: str, info: Any, available: int) -> tuple[DType, tuple[int, ...], int, int]:
+    where = f"safe_load: {path}: tensor {name!r}"
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise ValueError(f"{where} has a malformed entry {info!r:.200} (it needs dtype, shape and data_offsets)")
+    if not isinstance(info["dtype"], str) or info["dtype"] not in SAFETENSORS_DTYPES:
+        raise ValueError(f"{where} has dtype {info['dtype']!r:.50}, which glassgrad does not read (it reads "
+                         f"{', '.join(SAFETENSORS_DTYPES)})")  # fmt: skip
+    shape, offsets = info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or not all(map(_is_count, shape)):
+        raise ValueError(f"{where} has shape {shape!r:.200}; a shape is a list of ints >= 0")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise ValueError(f"{where} has data_offsets {offsets!r:.200}; they are two ints >= 0, [begin, end]")
+    dtype, (begin, end) = SAFETENSORS_DTYPES[info["dtype"]], offsets
+    if not begin <= end <= available:
+        raise ValueError(f"{where} has data_offsets [{begin}, {end}] outside the {available} bytes of data")
+    if end - begin != prod(shape) * dtype.itemsize:
+        raise ValueError(f"{where} of shape {tuple(shape)} and dtype {info['dtype']} needs "
+                         f"{prod(shape) * dtype.itemsize} bytes but its data_offsets span {end - begin}")  # fmt: skip
+    return dtype, tuple(shape), begin, end
 
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
@@ -157,102 +198,3 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
         f.write(struct.pack("<Q", len(text)) + text)
         for blob in blobs:
             f.write(blob)
-
-
-# ---- PyTorch checkpoints ----
-
-TORCH_STORAGE_DTYPES: dict[str, DType] = {
-    "BoolStorage": dtypes.bool, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8,
-    "ShortStorage": dtypes.int16, "IntStorage": dtypes.int32, "LongStorage": dtypes.int64,
-    "HalfStorage": dtypes.float16, "BFloat16Storage": dtypes.bfloat16, "FloatStorage": dtypes.float32,
-    "DoubleStorage": dtypes.float64,
-}  # fmt: skip
-
-
-class _StorageType:
-    def __init__(self, dtype: DType):
-        self.dtype = dtype
-
-
-def _rebuild_tensor(storage: tuple[bytes, DType], offset: int, size: tuple[int, ...], stride: tuple[int, ...],
-                    *_unused: Any) -> Tensor:  # fmt: skip
-    """A tensor from a storage's bytes, an element offset, a size and strides (PyTorch's _rebuild_tensor_v2)."""
-    raw, dtype = storage
-    flat = Tensor.frombuffer(raw, dtype)
-    return _strided_view(flat, offset, tuple(size), tuple(stride))
-
-
-def _strided_view(flat: Tensor, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> Tensor:
-    """The elements offset + sum(i_k * stride_k) of a flat tensor, as a tensor of `size`."""
-    if prod(size) == 0:
-        return Tensor.zeros(*size, dtype=flat.dtype)
-    order = sorted(range(len(size)), key=lambda k: -stride[k] if size[k] > 1 else 0)
-    permuted = tuple(size[k] for k in order)
-    if tuple(stride[k] for k in order if size[k] > 1) == tuple(
-        s for s, n in zip(strides_for_shape(permuted), permuted) if n > 1
-    ):  # a permutation of a contiguous block: a reshape and a permute
-        block = flat[offset : offset + prod(size)].reshape(permuted)
-        inverse = sorted(range(len(order)), key=order.__getitem__)
-        return block.permute(inverse)
-    index = [offset]  # any other strides: gather the elements one index at a time
-    for n, s in zip(size, stride):
-        index = [i + j * s for i in index for j in range(n)]
-    return flat[Tensor(index)].reshape(size)
-
-
-def _rebuild_parameter(data: Tensor, requires_grad: bool, *_unused: Any) -> Tensor:
-    return data
-
-
-class _StateDict(dict):
-    """collections.OrderedDict as torch's state_dict() pickles it: a dict, and a `_metadata` attribute we drop."""
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Builds only tensors, storages and plain containers; refuses every other global a pickle names."""
-
-    ALLOWED = {
-        ("collections", "OrderedDict"): _StateDict,
-        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-        ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    }
-
-    def __init__(self, file, storages: dict[str, bytes], path: str):
-        super().__init__(file)
-        self.storages, self.path = storages, path
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self.ALLOWED:
-            return self.ALLOWED[(module, name)]
-        if module == "torch" and name in TORCH_STORAGE_DTYPES:
-            return _StorageType(TORCH_STORAGE_DTYPES[name])
-        raise pickle.UnpicklingError(f"torch_load: {self.path} refers to {module}.{name}; only tensors, storages "
-                                     "and plain containers are loaded, so this file is refused")  # fmt: skip
-
-    def persistent_load(self, pid: Any) -> tuple[bytes, DType]:
-        if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[1], _StorageType)):
-            raise pickle.UnpicklingError(f"torch_load: {self.path} has an unknown persistent id {pid!r}")
-        key = str(pid[2])
-        if key not in self.storages:
-            raise pickle.UnpicklingError(f"torch_load: {self.path} names storage {key!r}, which the archive lacks")
-        return self.storages[key], pid[1].dtype
-
-
-def torch_load(path: str) -> Any:
-    """A PyTorch .pt/.pth checkpoint (zip format) as the same structure with glassgrad Tensors in it."""
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        raise ValueError(f"torch_load: {path} is not a zip-format PyTorch checkpoint (saved by torch >= 1.6)") from None
-    with archive:
-        names = archive.namelist()
-        pickles = [n for n in names if n.endswith("/data.pkl")]
-        if not pickles:
-            raise ValueError(f"torch_load: {path} has no data.pkl; is it a PyTorch checkpoint?")
-        root = pickles[0][: -len("data.pkl")]
-        storages = {n[len(root) + len("data/") :]: archive.read(n) for n in names if n.startswith(root + "data/")}
-        with archive.open(pickles[0]) as f:
-            return _RestrictedUnpickler(f, storages, path).load()

@@ -5,6 +5,7 @@ The `onnx` package (an optional dependency) parses the protobuf; nothing in a mo
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -79,14 +80,61 @@ def load_model(source: Any):
 
 
 def _load_external_data(model, directory: str, name: str) -> None:
-    """Weights kept beside the model file (torch.onnx.export writes MODEL.onnx.data for large models)."""
-    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+    """Weights kept beside the model file (torch.onnx.export writes MODEL.onnx.data for large models), read here,
+    whatever the installed onnx package checks: each location must resolve (symlinks followed) to a file inside the
+    model's folder, and each span must lie inside that file and hold the tensor's bytes."""
+    onnx = import_onnx()
+    folder = os.path.realpath(directory)
+    for tensor in _tensors_of_graph(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = f"{name}: tensor {tensor.name!r} keeps its data in an external file"
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        path = os.path.realpath(os.path.join(folder, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([folder, path]) != folder:
+            raise OnnxError(f"{where}, {location!r}, which is not inside the model's folder {folder}; glassgrad reads "
+                            "external data only from the model's folder")  # fmt: skip
+        tensor.raw_data = _read_span(path, info, _tensor_bytes(tensor), where)
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
 
-    if any(uses_external_data(t) for t in model.graph.initializer):
-        try:
-            load_external_data_for_model(model, directory)
-        except Exception as e:
-            raise OnnxError(f"{name}: cannot read its external weight data: {e}") from None
+
+def _tensors_of_graph(graph) -> list:
+    """The graph's initializers and the tensors in its nodes' attributes, its subgraphs' too."""
+    found = list(graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            found += ([attr.t] if attr.HasField("t") else []) + list(attr.tensors)
+            for subgraph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found += _tensors_of_graph(subgraph)
+    return found
+
+
+def _tensor_bytes(tensor) -> int | None:
+    """The bytes a tensor's raw data holds, where glassgrad knows its element type."""
+    dtype = ONNX_DTYPES.get(tensor.data_type)
+    return None if dtype is None else dtype.itemsize * math.prod(tensor.dims)
+
+
+def _read_span(path: str, info: dict[str, str], expected: int | None, where: str) -> bytes:
+    """`length` bytes at `offset` of the file (both from the tensor's external_data), checked before reading."""
+    try:
+        offset, length = int(info.get("offset", 0)), int(info["length"]) if "length" in info else expected
+    except ValueError:
+        raise OnnxError(f"{where}: its offset {info.get('offset')!r} or length {info.get('length')!r} is not an "
+                        "integer") from None  # fmt: skip
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            length = size - offset if length is None else length
+            if offset < 0 or length < 0 or offset + length > size or (expected is not None and length != expected):
+                raise OnnxError(f"{where}, {path}: {length} bytes at offset {offset} do not lie inside its {size} "
+                                f"bytes or are not the tensor's {expected} bytes")  # fmt: skip
+            f.seek(offset)
+            return f.read(length)
+    except OSError as e:
+        raise OnnxError(f"{where}, {path}, which cannot be read: {e.strerror or e}") from None
 
 
 def _numpy_to_tensor(array, dtype: DType, device: str) -> Tensor:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import pathlib
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import DType
-from glassgrad.helpers import cache_dir, getenv
+from glassgrad.helpers import getenv
 
 
 class Allocator:
@@ -46,27 +47,18 @@ class Compiler:
     def compile_cached(self, src: str) -> bytes:
         if getenv("DISABLE_COMPILER_CACHE", 0):
             return self.compile(src)
-        digest = hashlib.sha256(f"{type(self).__name__}\0{self.cache_key}\0{src}".encode()).hexdigest()
-        path = cache_dir() / "compiled" / digest[:2] / digest
-        if path.exists():
-            return path.read_bytes()
-        binary = self.compile(src)
-        _write_atomically(path, binary)
+        key = f"{type(self).__name__}\0{self.cache_key}\0{src}"
+        if (binary := cache_get("kernels", key)) is None:
+            binary = self.compile(src)
+            cache_put("kernels", key, binary)
         return binary
-
-
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # kernels compile side by side
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 class Program:
     """A loaded kernel: call it with buffers (and loop bounds for threads) to run it; returns seconds if timed."""
 
     def __init__(self, name: str, binary: bytes):
-        self.name, self.binary = name, binary
+        self.name = name  # the binary is not kept: a loaded program holds what it needs
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] = (1,),
                  wait: bool = False) -> float | None:  # fmt: skip
@@ -82,7 +74,8 @@ class Compiled:
     renderer: Any  # glassgrad.renderer.Renderer
     compiler: Compiler
     program: type[Program]
-    programs: dict[str, Program] = field(default_factory=dict)  # loaded programs, by source
+    # loaded programs, by source, while something (the engine's kernels, a TinyJit's capture) holds them
+    programs: weakref.WeakValueDictionary[str, Program] = field(default_factory=weakref.WeakValueDictionary)
 
     def load(self, name: str, src: str, binary: bytes | None = None) -> Program:
         """Load a kernel's source once per process: its `binary` where compiled already, else through the compiler's
@@ -105,6 +98,7 @@ class _DeviceRegistry:
         self._opened: dict[str, Compiled] = {}
         self._default: str | None = None
         self._registered: dict[str, Callable[[str], Compiled]] = {}  # devices defined outside glassgrad/runtime
+        self._opening = threading.RLock()  # re-entrant, should a device's factory open another device
 
     def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
         """Add a device defined outside glassgrad: `Device["NAME"]` (or "NAME:1") then opens `factory(name)`."""
@@ -122,7 +116,9 @@ class _DeviceRegistry:
     def __getitem__(self, name: str) -> Compiled:
         name = self.canonicalize(name)
         if name not in self._opened:
-            self._opened[name] = self._factory(name)(name)
+            with self._opening:  # opened once, even when two threads ask for it first at the same time
+                if name not in self._opened:
+                    self._opened[name] = self._factory(name)(name)
         return self._opened[name]
 
     def _factory(self, name: str) -> Callable[[str], Compiled]:

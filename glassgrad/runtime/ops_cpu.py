@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import ctypes.util
 import functools
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 from glassgrad.renderer.cstyle import CRenderer
@@ -33,11 +35,13 @@ class CPUAllocator(Allocator):
     def __init__(self):
         self.freed: dict[int, list[tuple[ctypes.Array, int]]] = {}  # by size, in the order they were freed
         self.freed_bytes = 0
+        self.lock = threading.Lock()  # a buffer is freed by whichever thread drops it last, while another allocates
 
     def alloc(self, nbytes: int) -> tuple[ctypes.Array, int]:
-        if self.freed.get(nbytes):
-            self.freed_bytes -= nbytes
-            return self.freed[nbytes].pop()
+        with self.lock:
+            if self.freed.get(nbytes):
+                self.freed_bytes -= nbytes
+                return self.freed[nbytes].pop()
         if nbytes >= HUGE_PAGE:
             return huge_page_buffer(nbytes)
         raw = (ctypes.c_uint8 * (nbytes + ALIGN))()
@@ -47,12 +51,13 @@ class CPUAllocator(Allocator):
     def free(self, handle: tuple[ctypes.Array, int], nbytes: int) -> None:
         if not REUSE_MIN_BYTES <= nbytes <= REUSE_MAX_BYTES:
             return
-        self.freed.setdefault(nbytes, []).append(handle)
-        self.freed_bytes += nbytes
-        while self.freed_bytes > REUSE_MAX_BYTES:  # drop the oldest of the largest size kept
-            size = max(size for size, kept in self.freed.items() if kept)
-            self.freed[size].pop(0)
-            self.freed_bytes -= size
+        with self.lock:
+            self.freed.setdefault(nbytes, []).append(handle)
+            self.freed_bytes += nbytes
+            while self.freed_bytes > REUSE_MAX_BYTES:  # drop the oldest of the largest size kept
+                size = max(size for size, kept in self.freed.items() if kept)
+                self.freed[size].pop(0)
+                self.freed_bytes -= size
 
     def copyin(self, dest: tuple[ctypes.Array, int], src: memoryview) -> None:
         ctypes.memmove(dest[1], (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else
@@ -184,6 +189,12 @@ class CPUProgram(Program):
             if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its one slow run was a cold start (caches,
                 self.single_thread_seconds = 0.0  # page faults): next time it runs on one core and is timed again
         return time.perf_counter() - start if wait else None
+
+    def __del__(self):
+        try:  # unmap the library: a process that makes many kernels must not keep every one it ever made
+            _ctypes.dlclose(self.lib._handle)
+        except Exception:  # interpreter shutdown, or __init__ failed before it was loaded
+            pass
 
     def _pointers(self, bufs: tuple) -> ctypes.Array:
         """The buffers' addresses as a C array for the pool, made again only when the buffers change (a TinyJit

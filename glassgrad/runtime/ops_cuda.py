@@ -13,6 +13,7 @@ import functools
 import glob
 import os
 import sys
+import threading
 
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS
@@ -151,10 +152,12 @@ class CUDAAllocator(Allocator):
     def __init__(self, device: CudaDevice):
         self.device = device
         self.kept: dict[int, list[int]] = {}  # freed allocations by size, for reuse
+        self.lock = threading.Lock()  # a buffer is freed by whichever thread drops it last, while another allocates
 
     def alloc(self, nbytes: int) -> int:
-        if kept := self.kept.get(nbytes):
-            return kept.pop()
+        with self.lock:
+            if kept := self.kept.get(nbytes):
+                return kept.pop()
         self.device.activate()
         pointer = ctypes.c_uint64()
         code = libcuda().cuMemAlloc_v2(ctypes.byref(pointer), max(nbytes, 1))
@@ -165,15 +168,17 @@ class CUDAAllocator(Allocator):
         return pointer.value
 
     def free(self, handle: int, nbytes: int) -> None:
-        self.kept.setdefault(nbytes, []).append(handle)
+        with self.lock:
+            self.kept.setdefault(nbytes, []).append(handle)
 
     def release_kept(self) -> None:
         """Give the kept allocations back to the driver."""
+        with self.lock:
+            kept, self.kept = self.kept, {}
         self.device.activate()
-        for handles in self.kept.values():
+        for handles in kept.values():
             for handle in handles:
                 cu("cuMemFree_v2", handle)
-        self.kept.clear()
 
     def copyin(self, dest: int, src: memoryview) -> None:
         self.device.activate()

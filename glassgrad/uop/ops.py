@@ -134,7 +134,7 @@ class _InternRef(weakref.ref):
 
 
 def _forget(ref: _InternRef) -> None:
-    # not a newer node of the same key, interned after this one died (graphs are built on one thread)
+    # not a newer node of the same key, interned after this one died
     if _interned.get(ref.key) is ref:
         del _interned[ref.key]
 
@@ -157,7 +157,11 @@ class UOp:
         node.op, node.dtype, node.src, node.arg, node._key = op, dtype, src, arg, key
         ref = _InternRef(node, _forget)
         ref.key = key
-        _interned[key] = ref
+        # setdefault, not a set: where another thread interned the same node meanwhile, that one is the node
+        if (first := _interned.setdefault(key, ref)) is not ref:
+            if (found := first()) is not None:
+                return found
+            _interned[key] = ref  # the entry of a dead node whose _forget has not run yet
         return node
 
     def __reduce__(self):  # pickling rebuilds through __new__ so interning holds
