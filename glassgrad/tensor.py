@@ -411,7 +411,9 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         count = max(0, math.ceil((stop - start) / step))
         device = Device.canonicalize(device or Device.DEFAULT)
         index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count))
-        return (index.cast(dtype) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))
+        # start + i * step rounded once to a 16-bit float (as PyTorch): its index alone is inexact past 2048 or 256
+        working = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+        return (index.cast(working) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,

@@ -84,8 +84,7 @@ class RandomMixin:
         shape, dtype, device = _creator_args(shape, dtype, device, "rand")
         bits = UNIFORM_BITS[dtype]
         random = cls._random_bits(prod(shape), device)
-        exact = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32  # holds k * 2**-bits exactly
-        uniform = (random >> (32 - bits)).cast(exact) * 2.0**-bits
+        uniform = (random >> (32 - bits)).cast(_working_float(dtype)) * 2.0**-bits  # k * 2**-bits, exact
         return uniform.cast(dtype).reshape(shape).requires_grad_(requires_grad)
 
     @classmethod
@@ -93,7 +92,7 @@ class RandomMixin:
               requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Standard normal random values (Box-Muller in float32, the same bits on every device)."""
         shape, dtype, device = _creator_args(shape, dtype, device, "randn")
-        pair = cls.rand(2, *shape, device=device)
+        pair = cls.rand(2, *shape, dtype=dtypes.float32, device=device)  # the transform reads float32 bits
         radius = _portable_log(1 - pair[0]).mul(-2).sqrt()  # 1 - u is in (0, 1]: the log is finite
         normal = radius * _portable_cos_2pi(pair[1])
         return normal.cast(dtype).requires_grad_(requires_grad)
@@ -133,7 +132,7 @@ class RandomMixin:
         shape, dtype, device = _creator_args(shape, dtype, device, "normal")
         if std < 0:
             raise ValueError(f"normal: std must be >= 0, got {std}")
-        values = cls.randn(*shape, device=device) * std + mean
+        values = cls.randn(*shape, dtype=_working_float(dtype), device=device) * std + mean
         return values.cast(dtype).requires_grad_(requires_grad)
 
     @classmethod
@@ -141,7 +140,7 @@ class RandomMixin:
                 device: str | None = None, requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Uniform random values in [low, high)."""
         shape, dtype, device = _creator_args(shape, dtype, device, "uniform")
-        values = cls.rand(*shape, device=device) * (high - low) + low
+        values = cls.rand(*shape, dtype=_working_float(dtype), device=device) * (high - low) + low
         return values.cast(dtype).requires_grad_(requires_grad)
 
     @classmethod
@@ -263,6 +262,12 @@ def _creator_args(shape: Any, dtype: DType | str | None, device: str | None,
     return _shape(shape, op), dtype, _device(device)
 
 
+def _working_float(dtype: DType) -> DType:
+    """The dtype random values of `dtype` are computed in: float64 for float64, else float32, whatever the default
+    float is (a 16-bit one would round every step of a transform, and the portable log reads float32 bits)."""
+    return dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
+
+
 def _kaiming_std(shape: tuple[int, ...], a: float, op: str) -> float:
     if not shape:
         raise ValueError(f"{op}: needs a shape with at least one dimension, got ()")
@@ -273,7 +278,7 @@ def _exponential(shape: tuple[int, ...], device: str) -> Tensor:
     """Exp(1) random values: -log(1 - u) for u uniform in [0, 1)."""
     from glassgrad.tensor import Tensor
 
-    return -_portable_log(1 - Tensor.rand(*shape, device=device))
+    return -_portable_log(1 - Tensor.rand(*shape, dtype=dtypes.float32, device=device))
 
 
 def _portable_log(v: Tensor) -> Tensor:
