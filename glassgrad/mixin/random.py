@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, to_dtype
 from glassgrad.helpers import prod
+from glassgrad.shape import shape_arg
 from glassgrad.tensor_math import polynomial
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class RandomMixin:
             raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
         if high - low > 2**32:
             raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**32 values")
-        shape = _shape(args, "randint")
+        shape = shape_arg(args, "randint")
         dtype = to_dtype(dtype)
         if requires_grad and not dtypes.is_float(dtype):
             raise ValueError(f"randint: only float tensors can require gradients, got dtype {dtype}")
@@ -147,7 +148,7 @@ class RandomMixin:
     def scaled_uniform(cls, *shape: int, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
-        shape = _shape(shape, "scaled_uniform")
+        shape = shape_arg(shape, "scaled_uniform")
         bound = max(prod(shape), 1) ** -0.5
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -155,7 +156,7 @@ class RandomMixin:
     def glorot_uniform(cls, *shape: int, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Xavier/Glorot uniform: U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), fans from shape[0] and shape[1:]."""
-        shape = _shape(shape, "glorot_uniform")
+        shape = shape_arg(shape, "glorot_uniform")
         if not shape:
             raise ValueError("glorot_uniform: needs a shape with at least one dimension, got ()")
         bound = math.sqrt(6 / max(shape[0] + prod(shape[1:]), 1))
@@ -165,14 +166,14 @@ class RandomMixin:
     def kaiming_uniform(cls, *shape: int, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None,
                         requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """He/Kaiming uniform for leaky_relu(a): U(-b, b), b = sqrt(6 / ((1 + a^2) * prod(shape[1:])))."""
-        bound = math.sqrt(3.0) * _kaiming_std(_shape(shape, "kaiming_uniform"), a, "kaiming_uniform")
+        bound = math.sqrt(3.0) * _kaiming_std(shape_arg(shape, "kaiming_uniform"), a, "kaiming_uniform")
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
     def kaiming_normal(cls, *shape: int, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """He/Kaiming normal for leaky_relu(a): N(0, 2 / ((1 + a^2) * fan_in)), fan_in = prod(shape[1:])."""
-        std = _kaiming_std(_shape(shape, "kaiming_normal"), a, "kaiming_normal")
+        std = _kaiming_std(shape_arg(shape, "kaiming_normal"), a, "kaiming_normal")
         return cls.normal(*shape, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -237,16 +238,6 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def _shape(shape: Any, op: str) -> tuple[int, ...]:
-    """f(2, 3), f((2, 3)) and f([2, 3]) alike; sizes must be non-negative ints."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    shape = tuple(shape)
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise ValueError(f"{op}: sizes must be non-negative integers, got {shape}")
-    return shape
-
-
 def _device(device: str | None) -> str:
     from glassgrad.runtime.device import Device
 
@@ -259,7 +250,7 @@ def _creator_args(shape: Any, dtype: DType | str | None, device: str | None,
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dtype):
         raise TypeError(f"{op}: makes floats; dtype {dtype} is not a float dtype (use randint for integers)")
-    return _shape(shape, op), dtype, _device(device)
+    return shape_arg(shape, op), dtype, _device(device)
 
 
 def _working_float(dtype: DType) -> DType:
