@@ -11,6 +11,12 @@ from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
 SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+# C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
+# is 256, not 0) wherever it is used unstored (compared, cast wider, summed)
+SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+# ops whose int result can leave a small int's range; computed in unsigned int, where they wrap as defined (signed
+# int overflows in 65535 * 65535 and shifts a negative value left, both undefined), the cast back keeps the low bits
+WRAPPING_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC)
 
 
 def _compute_in_float(x: UOp) -> UOp | None:
@@ -120,7 +126,15 @@ class CStyleRenderer(Renderer):
         return f"({{ union {{ {self.type_name(src)} a; {self.type_name(dst)} b; }} u_ = {{ .a = {x} }}; u_.b; }})"
 
     def render_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
-        """The C expression of one elementwise op."""
+        """The C expression of one elementwise op, of `dtype`'s width (as NumPy's, wrapping around)."""
+        if dtype not in SMALL_INTS or op not in (*WRAPPING_OPS, Ops.IDIV):
+            return self.alu_expression(op, dtype, args, src)
+        if op in WRAPPING_OPS:
+            args = [f"((unsigned int){args[0]})", *args[1:]]  # the other operands follow the first into unsigned
+        return f"(({self.type_name(dtype)}){self.alu_expression(op, dtype, args, src)})"  # -128 / -1 too
+
+    def alu_expression(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
+        """The C expression of one elementwise op, as C computes it (small ints in int)."""
         if op in self.float_functions:
             return f"{self.float_functions[op][dtype == dtypes.float64]}({args[0]})"
         if op is Ops.NEG:
