@@ -12,8 +12,8 @@ from glassgrad.uop.rewrite import PatternMatcher, UPat
 
 SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
 # C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
-# is 256, not 0) wherever it is used unstored (compared, cast wider, summed)
-SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+# is 256, not 0; bool True + True is 2, not True) wherever it is used unstored (compared, cast wider, summed)
+SMALL_INTS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 # ops whose int result can leave a small int's range; computed in unsigned int, where they wrap as defined (signed
 # int overflows in 65535 * 65535 and shifts a negative value left, both undefined), the cast back keeps the low bits
 WRAPPING_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC)
@@ -168,6 +168,8 @@ class CStyleRenderer(Renderer):
         forms take it as it is."""
         if op in self.native_vector_ops and dtype.scalar != dtypes.bool:
             a, b = (s or arg for s, arg in zip(scalars, args))
+            if scalars[0] is not None and scalars[1] is not None:
+                a = args[0]  # lanes that all read one value are still a vector: one operand stays the vector
             return f"({a}{self.infix[op]}{b})"
         if op is Ops.NEG and dtype.scalar != dtypes.bool:
             return f"(-{args[0]})"
