@@ -22,16 +22,26 @@ Grads = tuple["Tensor | None", ...]
 
 
 def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
-    """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: out / x."""
+    """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: the others' product."""
     op, axes = node.arg
     g, out = g.expand(x.shape), out.expand(x.shape)
     if op is Ops.ADD:
         return (g,)
     if op is Ops.MUL:
-        return (g * out / x,)
+        return (g * _product_of_others(x, out, axes),)
     is_max = x.eq(out).cast(g.dtype)
     ties = is_max.sum(axes, keepdim=True).expand(x.shape)
     return (g * is_max / ties,)
+
+
+def _product_of_others(x: Tensor, out: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """For each x_i, the product of the other elements it was multiplied with: out / x_i where none is zero (as
+    PyTorch); where one is, the product of the rest at that zero and 0 elsewhere; 0 everywhere with two or more."""
+    is_zero = x.eq(0)
+    zeros = is_zero.sum(axes, keepdim=True).expand(x.shape)
+    nonzero_product = is_zero.where(1, x)._reduce(Ops.MUL, axes, True, "prod").expand(x.shape)
+    at_a_zero = (zeros.eq(1) & is_zero).where(nonzero_product, 0)
+    return zeros.eq(0).where(out / x, at_a_zero)
 
 
 def _expanded_axes(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, ...]:

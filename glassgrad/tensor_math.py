@@ -1,10 +1,10 @@
 """Elementwise math composed from the primitive ops, where it takes more than a line: pow, with PyTorch's semantics
 (and the small helpers the math and random mixins share).
 
-Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf, NaN and -0), and
-gradients are PyTorch's formulas (custom_gradient), including at the edges: d/dx x**y at a base of 0 is 0 for
-y > 1, 1 for y = 1, +inf for 0 < y < 1 and -inf for y < 0; d/dy is NaN for a negative base, as in PyTorch.
-Whole scalar exponents are products, whose derived gradients are the same formulas.
+Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf and NaN), and
+gradients follow PyTorch's pow, including at a base of 0: d/dx x**y is 0 for y > 1, 1 for y = 1, +inf for
+0 < y < 1 and -inf for y < 0. Each case is its own WHERE branch, fed an input made safe wherever that branch is not
+selected, so that no 0 * inf turns a gradient into NaN.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, result_type_with_scalar
-from glassgrad.gradient import custom_gradient
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -107,30 +106,24 @@ def _integer_power(base: Tensor, exp: Tensor) -> Tensor:
 
 
 def _float_power(x: Tensor, y: Tensor) -> Tensor:
-    """x ** y for float tensors of one shape and dtype, with C's special values and PyTorch's gradients."""
+    """x ** y for float tensors of one shape and dtype."""
     zero, negative = x.eq(0), x < 0
     magnitude = (y * zero.where(1, negative.where(-x, x)).log2()).exp2()  # |x| ** y, with 1 standing in for 0
     whole = y.trunc().eq(y)
     odd = whole & (y * 0.5).trunc().ne(y * 0.5)
     signed = (negative & odd).where(-magnitude, magnitude)
     not_real = negative & whole.logical_not() & (x > -math.inf)  # (-inf) ** y is +-inf or +-0 for every y
-    result = zero.where(_power_of_zero(x, y, odd), not_real.where(math.nan, signed))
+    undefined = not_real.where(x + y, 0) * math.nan  # NaN, with NaN gradients there (and only there), as PyTorch
+    result = (zero & y.ne(0)).where(_power_of_zero(x, y, zero), not_real.where(undefined, signed))
     # C's pow is 1 for x ** 0 with any x, 1 ** y with any y, and (-1) ** +-inf, where the formula above gives NaN
-    always_one = y.eq(0) | (x.abs().eq(1) & y.isinf()) | (x.eq(1) & y.isnan())
-    return custom_gradient(always_one.where(1, result), (x, y), _power_gradients)
+    always_one = (y.eq(0) & x.isfinite().logical_not()) | (x.abs().eq(1) & y.isinf()) | (x.eq(1) & y.isnan())
+    return always_one.where(1, result)
 
 
-def _power_of_zero(x: Tensor, y: Tensor, odd: Tensor) -> Tensor:
-    """(+-0) ** y for y != 0, as C's pow: 0 for y > 0, inf for y < 0, NaN for NaN, negative for -0 and odd y."""
-    magnitude = (y > 0).where(0.0, (y < 0).where(math.inf, y.full_like(math.nan)))
-    negative_zero = x.eq(0) & (x.reciprocal() < 0)  # 1 / -0.0 is -inf
-    return (negative_zero & odd).where(-magnitude, magnitude)
-
-
-def _power_gradients(g: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """PyTorch's gradients of x ** y: y * x ** (y - 1) in x (0 where y = 0), x ** y * log(x) in y (0 where x = 0 and
-    y >= 0). The formulas themselves, not the chain rule through exp2 and log2, whose 0 * inf at the edges (a base
-    of 0 or +-inf, an exponent of +-inf) would be NaN."""
-    dx = y.eq(0).where(0.0, g * y * power(x, y - 1))
-    dy = (x.eq(0) & (y >= 0)).where(0.0, g * _float_power(x, y) * x.log())
-    return dx, dy
+def _power_of_zero(x: Tensor, y: Tensor, zero: Tensor) -> Tensor:
+    """0 ** y for y != 0, with PyTorch's gradient y * 0 ** (y - 1) in x and 0 ** y * log(0) (for y < 0) in y."""
+    fractional = (y > 0) & (y < 1)
+    root = (zero & fractional).where(x, 1).sqrt()  # 0, with gradient +inf
+    blows_up = zero & (y >= 0).logical_not()  # y < 0 or NaN: inf (NaN), with gradients -inf in both
+    reciprocal_power = (blows_up.where(y, -1) * blows_up.where(x, 1).log2()).exp2()
+    return (y > 1).where(0, y.eq(1).where(x, fractional.where(root, reciprocal_power)))

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
-from glassgrad.gradient import custom_gradient
 from glassgrad.tensor_math import polynomial, zero_with_gradient
 from glassgrad.uop.ops import Ops
 
@@ -91,13 +90,6 @@ def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
     negative = x < 0
     y = f(negative.where(-x, x))
     return negative.where(-y, y)
-
-
-def _with_derivative(out: Tensor, x: Tensor, derivative: Callable[[Tensor], Tensor]) -> Tensor:
-    """`out`, whose gradient in x is g * derivative(x): PyTorch's formula for an inverse function, +-inf at the
-    edges of its domain (and finite outside, where the value is NaN) where the chain rule through the composition
-    meets 0 * inf."""
-    return custom_gradient(out, (x,), lambda g, x: (g * derivative(x),))
 
 
 def _log1p(y: Tensor) -> Tensor:
@@ -180,12 +172,12 @@ class MathMixin:
     @_float_math
     def asin(self: Tensor) -> Tensor:
         """Inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1])."""
-        return _with_derivative((self / ((1 - self) * (1 + self)).sqrt()).atan(), self, lambda x: (1 - x * x).rsqrt())
+        return (self / ((1 - self) * (1 + self)).sqrt()).atan()
 
     @_float_math
     def acos(self: Tensor) -> Tensor:
         """Inverse cosine, in [0, pi] (NaN outside [-1, 1])."""
-        return _with_derivative(2 * ((1 - self) / (1 + self)).sqrt().atan(), self, lambda x: -(1 - x * x).rsqrt())
+        return 2 * ((1 - self) / (1 + self)).sqrt().atan()
 
     @_float_math
     def sinh(self: Tensor) -> Tensor:
@@ -214,14 +206,12 @@ class MathMixin:
         huge = self > 2.0**60
         x = huge.where(1, self)
         moderate = _log1p((x - 1) + ((x - 1) * (x + 1)).sqrt())  # x - 1 is exact: accurate near 1
-        value = huge.where(huge.where(self, 1).log() + LN2, moderate)
-        # below -1 the formula's terms cancel to a number where |x| is large (float64's -1e30 gave 0)
-        return _with_derivative((self < 1).where(math.nan, value), self, lambda x: (x * x - 1).rsqrt())
+        return huge.where(huge.where(self, 1).log() + LN2, moderate)
 
     @_float_math
     def atanh(self: Tensor) -> Tensor:
         """Inverse hyperbolic tangent (+-inf at +-1, NaN outside)."""
-        return _with_derivative(0.5 * (_log1p(self) - _log1p(-self)), self, lambda x: (1 - x * x).reciprocal())
+        return 0.5 * (_log1p(self) - _log1p(-self))
 
     # ---- rounding, sign and magnitude ----
 
