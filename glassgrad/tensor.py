@@ -259,6 +259,8 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
         _become(realized)
         for t, root in zip(tensors, scheduled.roots):
             t._set_uop(root.substitute(realized))
+            if t.uop.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said why
+                buffer_of(t.uop.base).ensure_allocated()
         timed_realize_summary(start, before)
         return self
 
@@ -402,16 +404,13 @@ class Tensor(MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, Random
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be zero")
-        dtype = (
-            to_dtype(dtype)
-            if dtype is not None
-            else (
-                dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
-            )
-        )
         count = max(0, math.ceil((stop - start) / step))
+        ints = dtypes.int64 if max(abs(start), abs(start + step * count)) >= 2**31 else dtypes.default_int  # past int32
+        floats = any(isinstance(x, float) for x in (start, stop, step))
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float if floats else ints
         device = Device.canonicalize(device or Device.DEFAULT)
-        index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count))
+        position = dtypes.int64 if count >= 2**31 else dtypes.int32
+        index = Tensor(UOp(Ops.ARANGE, position, (_device_node(device),), count))
         # start + i * step rounded once to a 16-bit float (as PyTorch): its index alone is inexact past 2048 or 256
         working = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
         return (index.cast(working) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))

@@ -57,8 +57,8 @@ def index_dtype(ast: UOp) -> DType:
     can span billions of elements while every address it forms stays small (GPUs run 64-bit integer math as
     several instructions, so int64 where it is not needed slows the inner loops)."""
     for node in ast.toposort():
-        if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and _axes_of_view(node) is None:
-            return dtypes.int64
+        if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and (not node.src or _axes_of_view(node) is None):
+            return dtypes.int64  # a load's or store's view (no source), or one that forms a flat index
     return IDX
 
 

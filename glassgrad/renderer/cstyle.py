@@ -52,8 +52,9 @@ class CStyleRenderer(Renderer):
     kernel_prefix = "void"
     buffer_prefix = ""
     split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
-    outer_loop_params: tuple[str, ...] = ("int start", "int end")  # the kernel's arguments that bound it
-    range_entry = False  # also render NAME_range(void** args, int start, int end), which calls the kernel
+    # the kernel's arguments that bound it: 64-bit, since a loop over more than 2**31 elements counts in int64
+    outer_loop_params: tuple[str, ...] = ("long long start", "long long end")
+    range_entry = False  # also render NAME_range(void** args, long long start, long long end), which calls the kernel
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -323,7 +324,7 @@ class CKernelWriter:
             return kernel
         # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them
         args = ", ".join([f"args[{i}]" for i in range(buffers)] + ["start", "end"])
-        return kernel + f"\nvoid {name}_range(void** args, int start, int end) {{ {name}({args}); }}"
+        return kernel + f"\nvoid {name}_range(void** args, long long start, long long end) {{ {name}({args}); }}"
 
     def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
         """Writers for ops only a dialect has (CUDA's thread indices and shared-memory combines)."""
@@ -339,7 +340,7 @@ class CKernelWriter:
     def range(self, u: UOp) -> None:
         name = self.names[u] = f"ridx{u.arg}"
         start, end = ("start", "end") if u is self.outer_loop else ("0", self.names[u.src[0]])
-        self.line(f"for (int {name} = {start}; {name} < {end}; {name}++) {{")
+        self.line(f"for ({self.r.type_name(u.dtype)} {name} = {start}; {name} < {end}; {name}++) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:
