@@ -110,7 +110,7 @@ def test_the_host_check_refuses_what_it_cannot_hold():
     total, available = host_memory()
     assert 0 < available <= total
     with pytest.raises(OutOfMemoryError, match="the host has"):
-        Tensor.empty(total + 2**30, dtype=dtypes.uint8).realize()
+        Tensor.empty(total + 2**30, dtype=dtypes.uint8, device="CPU").realize()
 
 
 def test_a_fitting_tensor_is_not_refused(device):
