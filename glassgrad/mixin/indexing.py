@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
 from glassgrad.helpers import prod
-from glassgrad.shape import ShapeError
+from glassgrad.shape import ShapeError, shape_arg
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -231,9 +231,7 @@ class IndexingMixin:
 
     def repeat(self, repeats: int | Sequence[int], *more: int) -> Tensor:
         """Tile the tensor: repeats[i] copies along dim i (new leading dims when there are more repeats than dims)."""
-        reps = tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats, *more)
-        if any(not isinstance(r, int) or r < 0 for r in reps):
-            raise ShapeError(f"repeat: repeats must be non-negative ints, got {reps}")
+        reps = shape_arg(tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats, *more), "repeat")
         if len(reps) < self.ndim:
             raise ValueError(f"repeat: {len(reps)} repeats for a tensor of {self.ndim} dims {self.shape}; need at "
                              f"least {self.ndim}")  # fmt: skip
