@@ -23,13 +23,13 @@ Grads = tuple["Tensor | None", ...]
 
 
 def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
-    """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: out / x."""
+    """Sum: every input gets the output's gradient. Max: the largest inputs share it. Prod: the others' product."""
     op, axes = node.arg
     g = g.expand(x.shape)
     if op is Ops.ADD:
         return (g,)
     if op is Ops.MUL:
-        return (g * out.expand(x.shape) / x,)
+        return (g * _product_of_others(x, out.expand(x.shape), axes),)
     if _has_reduction(x.uop):
         # a value made by a reduction may round differently in each kernel that computes it (the order of its sum):
         # compared with a max computed elsewhere, no input would equal it (and 0 / 0 ties give NaN). One buffer of
@@ -43,6 +43,16 @@ def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
 
 def _has_reduction(node: UOp) -> bool:
     return any(n.op is Ops.REDUCE_AXIS for n in node.toposort(enter=lambda n: n.op is not Ops.BUFFER))
+
+
+def _product_of_others(x: Tensor, out: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """For each x_i, the product of the other elements it was multiplied with: out / x_i where none is zero (as
+    PyTorch); where one is, the product of the rest at that zero and 0 elsewhere; 0 everywhere with two or more."""
+    is_zero = x.eq(0)
+    zeros = is_zero.sum(axes, keepdim=True).expand(x.shape)
+    nonzero_product = is_zero.where(1, x)._reduce(Ops.MUL, axes, True, "prod").expand(x.shape)
+    at_a_zero = (zeros.eq(1) & is_zero).where(nonzero_product, 0)
+    return zeros.eq(0).where(out / x, at_a_zero)
 
 
 def _expanded_axes(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
+from glassgrad.shape import ShapeError, int_args, shape_arg
 from glassgrad.tensor_math import int_quotient
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -355,7 +356,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
     def full(shape: int | Sequence[int], fill_value: Any, dtype: DType | str | None = None,
              device: str | None = None, **kwargs) -> Tensor:  # fmt: skip
         """A tensor of `shape` with every element `fill_value`."""
-        shape = _shape_arg(shape, "full")
+        shape = shape_arg(shape, "full")
         const = Tensor(fill_value, device=device, dtype=dtype)
         filled = const.reshape((1,) * len(shape)).expand(shape) if shape else const
         return filled.requires_grad_(kwargs.get("requires_grad"))
@@ -363,12 +364,12 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
     @staticmethod
     def zeros(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
-        return Tensor.full(_shape_arg(shape, "zeros"), 0.0, dtype or dtypes.default_float, device, **kwargs)
+        return Tensor.full(shape_arg(shape, "zeros"), 0.0, dtype or dtypes.default_float, device, **kwargs)
 
     @staticmethod
     def ones(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
-        return Tensor.full(_shape_arg(shape, "ones"), 1.0, dtype or dtypes.default_float, device, **kwargs)
+        return Tensor.full(shape_arg(shape, "ones"), 1.0, dtype or dtypes.default_float, device, **kwargs)
 
     @staticmethod
     def frombuffer(data: bytes | bytearray | memoryview, dtype: DType | str, shape: Sequence[int] | None = None,
@@ -386,7 +387,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
     @staticmethod
     def empty(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
         """A tensor whose values are not set (backed by a fresh buffer)."""
-        shape = _shape_arg(shape, "empty")
+        shape = shape_arg(shape, "empty")
         dtype, device = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
         empty = Tensor(new_buffer(device, prod(shape), dtype)).reshape(shape)
         return empty.requires_grad_(kwargs.get("requires_grad"))
@@ -399,23 +400,23 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be zero")
-        dtype = (
-            to_dtype(dtype)
-            if dtype is not None
-            else (
-                dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
-            )
-        )
         count = max(0, math.ceil((stop - start) / step))
+        ints = dtypes.int64 if max(abs(start), abs(start + step * count)) >= 2**31 else dtypes.default_int  # past int32
+        floats = any(isinstance(x, float) for x in (start, stop, step))
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float if floats else ints
         device = Device.canonicalize(device or Device.DEFAULT)
-        index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (_device_node(device),), count))
-        return (index.cast(dtype) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))
+        position = dtypes.int64 if count >= 2**31 else dtypes.int32
+        index = Tensor(UOp(Ops.ARANGE, position, (_device_node(device),), count))
+        # start + i * step rounded once to a 16-bit float (as PyTorch): its index alone is inexact past 2048 or 256
+        working = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+        return (index.cast(working) * step + start).cast(dtype).requires_grad_(kwargs.get("requires_grad"))
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
             **kwargs) -> Tensor:  # fmt: skip
         """The n x m identity matrix."""
         m = n if m is None else m
+        shape_arg((n, m), "eye")
         rows = Tensor.arange(n, device=device).reshape(n, 1)
         cols = Tensor.arange(m, device=device).reshape(1, m)
         return (rows == cols).cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
@@ -479,20 +480,18 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""
-        shape = _shape_arg(shape, "reshape", allow_negative_one=True)
-        if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        shape = shape_arg(shape, "reshape", minus_one="infer")
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
                 why = f"the other sizes multiply to {known}, which does not divide {self.numel()}"
                 if known == 0:
                     why = "-1 is ambiguous where the other sizes multiply to 0"
-                raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                raise ShapeError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                                  f"into {shape}: {why}")  # fmt: skip
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         if prod(shape) != self.numel():
-            raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+            raise ShapeError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                              f"into {shape} ({prod(shape)} elements); the element count must not change")  # fmt: skip
         return self if shape == self.shape else self._movement(Ops.RESHAPE, shape)
 
@@ -502,7 +501,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
 
     def permute(self, *order) -> Tensor:
         """Reorder the dimensions: the result's dim i is this tensor's dim order[i]."""
-        order = _shape_arg(order, "permute", allow_negative_one=True)
+        order = int_args(order, "permute", "dims must be integers")
         if sorted(o % max(self.ndim, 1) for o in order) != list(range(self.ndim)) or len(order) != self.ndim:
             raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
                              f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
@@ -511,9 +510,11 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
 
     def expand(self, *shape) -> Tensor:
         """Broadcast size-1 dimensions to larger sizes without copying; -1 keeps a dimension."""
-        shape = _shape_arg(shape, "expand", allow_negative_one=True)
+        shape = shape_arg(shape, "expand", minus_one="keep")
         if len(shape) < self.ndim:
             raise ValueError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
+        if -1 in shape[: len(shape) - self.ndim]:
+            raise ShapeError(f"expand: -1 keeps a dimension's size, but {shape} puts one at a new leading dimension")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
         for old, s in zip(padded, new):
@@ -535,14 +536,14 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
         for (start, end), s in zip(arg, self.shape):
             if not 0 <= start <= end <= s:
-                raise ValueError(f"shrink: range {(start, end)} is outside a dimension of size {s} in {self.shape}")
+                raise ShapeError(f"shrink: range {(start, end)} is outside a dimension of size {s} in {self.shape}")
         if arg == tuple((0, s) for s in self.shape):
             return self
         return self._movement(Ops.SHRINK, arg)
 
     def flip(self, *axis) -> Tensor:
         """Reverse the order of elements along the given dimensions."""
-        axes = {self._axis(a, "flip") for a in _shape_arg(axis, "flip", allow_negative_one=True)}
+        axes = {self._axis(a, "flip") for a in int_args(axis, "flip", "dims must be integers")}
         if not axes:
             return self
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
@@ -928,21 +929,6 @@ def _check_device_holds(device: str, dtype: DType) -> None:
         raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
 
 
-def _shape_arg(shape: Any, op: str, allow_negative_one: bool = False) -> tuple[int, ...]:
-    """Accept f(2, 3), f((2, 3)) and f([2, 3]) alike; sizes must be non-negative ints."""
-    if isinstance(shape, int):
-        shape = (shape,)
-    elif len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    out = tuple(shape)
-    for s in out:
-        if not isinstance(s, int) or isinstance(s, bool) or (s < 0 and not (allow_negative_one and s == -1)):
-            if allow_negative_one and isinstance(s, int) and s < 0:
-                continue
-            raise ValueError(f"{op}: sizes must be non-negative integers, got {out}")
-    return out
-
-
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
     """NumPy broadcasting: align from the right; sizes must match or be 1."""
     n = max(len(a), len(b))
@@ -985,6 +971,8 @@ def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -
     become(realized)
     for t, root in zip(tensors, scheduled.roots):
         t._set_uop(root.substitute(realized))
+        if t.uop.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said why
+            buffer_of(t.uop.base).ensure_allocated()
 
 
 def _renamed_after_assign(assigned: UOp) -> UOp:

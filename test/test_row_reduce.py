@@ -132,7 +132,7 @@ def test_a_small_kernel_whose_first_run_was_slow_goes_back_to_one_core(monkeypat
 # ---- the thread pool ----
 
 COUNT_SOURCE = """
-void count_range(void** args, int start, int end) {
+void count_range(void** args, long long start, long long end) {
   int* seen = args[0];
   for (int i = start; i < end; i++) seen[i] += 1;
 }
@@ -204,4 +204,7 @@ def test_cpu_kernels_with_an_outer_loop_have_a_range_entry():
     item = x.sum(axis=1).schedule()[-1]
     src = get_program(item.ast, Device["CPU"].renderer).src
     name = get_program(item.ast, Device["CPU"].renderer).name
-    assert f"void {name}_range(void** args, int start, int end) {{ {name}(args[0], args[1], start, end); }}" in src
+    entry = (
+        f"void {name}_range(void** args, long long start, long long end) {{ {name}(args[0], args[1], start, end); }}"
+    )
+    assert entry in src

@@ -8,7 +8,7 @@ from glassgrad.codegen.checks import checks_of, passed_checks, record_failures
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
-from glassgrad.codegen.lowerer import lower_kernel
+from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel
 from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
 from glassgrad.codegen.vectorize import vectorize
 from glassgrad.helpers import BEAM, NOOPT, colored, prod
@@ -37,6 +37,7 @@ class ProgramSpec:
 
 def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     """The optimization actions a kernel gets: none with NOOPT=1, a BEAM search's with BEAM=N, else the heuristics."""
+    check_kernel_ast(ast, "choose_opts")
     if NOOPT:
         return ()
     if BEAM >= 1 and renderer is not None and renderer.device:
@@ -54,6 +55,7 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple[Opt, ...] | None = None) -> UOp:
     """A kernel AST lowered to loops and index math, simplified, with the renderer's dialect fixes applied."""
+    check_kernel_ast(ast, "full_rewrite_to_sink")
     opts = choose_opts(ast, renderer) if opts is None else opts
     if (thread_opts := [o for o in opts if o.op in THREAD_OPS]) and not (renderer is not None and renderer.has_local):
         where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
@@ -142,6 +144,7 @@ def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
 
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
+    check_kernel_ast(ast, "get_program")
     opts = choose_opts(ast, renderer) if opts is None else opts
     if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
         from glassgrad.codegen.tensor_cores import tensor_core_kernel

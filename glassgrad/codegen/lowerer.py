@@ -57,8 +57,8 @@ def index_dtype(ast: UOp) -> DType:
     can span billions of elements while every address it forms stays small (GPUs run 64-bit integer math as
     several instructions, so int64 where it is not needed slows the inner loops)."""
     for node in ast.toposort():
-        if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and _axes_of_view(node) is None:
-            return dtypes.int64
+        if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and (not node.src or _axes_of_view(node) is None):
+            return dtypes.int64  # a load's or store's view (no source), or one that forms a flat index
     return IDX
 
 
@@ -320,12 +320,24 @@ class OutputLoops:
         return result
 
 
+def check_kernel_ast(ast: object, caller: str) -> None:
+    """Raise a TypeError or ValueError naming what `caller` got where it needs a kernel AST: a SINK of STOREs."""
+    expected = "a kernel AST, SINK(STORE(DEFINE_GLOBAL, VIEW, value), ...), as a schedule item of a kernel holds"
+    if not isinstance(ast, UOp):
+        raise TypeError(f"{caller}: expected {expected}; got a {type(ast).__name__}")
+    if ast.op is not Ops.SINK or not ast.src or any(s.op is not Ops.STORE for s in ast.src):
+        got = ast.op.name if ast.op is not Ops.SINK else f"SINK of {', '.join(s.op.name for s in ast.src) or 'nothing'}"
+        why = " (a COPY between devices is a schedule item that moves bytes: no kernel to generate)"
+        raise ValueError(f"{caller}: expected {expected}; got {got}{why if ast.op is Ops.COPY else ''}")
+
+
 def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, ...] = ()) -> UOp:
     """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops.
 
     UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator). The
     first UPCAST or UNROLL whose amount is in `vector_lanes` becomes a lane variable instead, which the vectorizer
     turns into vector operations. The SINK's arg records how many output loops there are."""
+    check_kernel_ast(ast, "lower_kernel")
     # every buffer stays a kernel argument, even one no value needs (an empty input, an empty output)
     stores: list[UOp] = sorted((n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg)
     shape = ast.src[0].src[1].arg.shape

@@ -92,8 +92,10 @@ def _strided_input(x: UOp) -> tuple[UOp, View] | None:
 
 
 def _product_inputs(value: UOp) -> tuple[tuple[UOp, View], tuple[UOp, View]] | None:
-    """The two 16-bit float inputs whose product `value` is: a*b, float(a*b) or float(a)*float(b)."""
-    if value.op is Ops.CAST and value.dtype == dtypes.float32:
+    """The two 16-bit float inputs whose product `value` is: a*b, float(a)*float(b), and either through casts between
+    float32 and 16 bits (a gradient's product comes as float(half(float(g) * float(b))))."""
+    while value.op is Ops.CAST and dtypes.float32 in (value.dtype, value.src[0].dtype) and \
+            {value.dtype, value.src[0].dtype} <= {dtypes.float32, *TC_DTYPES}:  # fmt: skip
         value = value.src[0]
     if value.op is not Ops.MUL:
         return None

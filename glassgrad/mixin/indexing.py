@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
 from glassgrad.helpers import prod
+from glassgrad.shape import ShapeError, shape_arg
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -233,9 +234,7 @@ class IndexingMixin:
 
     def repeat(self, repeats: int | Sequence[int], *more: int) -> Tensor:
         """Tile the tensor: repeats[i] copies along dim i (new leading dims when there are more repeats than dims)."""
-        reps = tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats, *more)
-        if any(not isinstance(r, int) or r < 0 for r in reps):
-            raise ValueError(f"repeat: repeats must be non-negative ints, got {reps}")
+        reps = shape_arg(tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats, *more), "repeat")
         if len(reps) < self.ndim:
             raise ValueError(f"repeat: {len(reps)} repeats for a tensor of {self.ndim} dims {self.shape}; need at "
                              f"least {self.ndim}")  # fmt: skip
@@ -253,7 +252,7 @@ class IndexingMixin:
         n = x.shape[dim] if x.ndim else 1
         if isinstance(repeats, int):
             if repeats < 0:
-                raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+                raise ShapeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
             counts = [repeats] * n
             copies = x.unsqueeze(dim + 1).expand(x.shape[: dim + 1] + (repeats,) + x.shape[dim + 1 :])
             out = copies.flatten(dim, dim + 1)
@@ -384,7 +383,7 @@ class IndexingMixin:
             x = self if crop_first else self.pad(grow, mode)
             crop = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape, strict=True))
             if any(low > high for low, high in crop):
-                raise ValueError(f"pad: padding {padding if pad is None else pad} crops more than {self.shape} holds")
+                raise ShapeError(f"pad: padding {padding if pad is None else pad} crops more than {self.shape} holds")
             return x.shrink(crop).pad(grow, mode, value) if crop_first else x.shrink(crop)
         if all(p == (0, 0) for p in pairs):
             return self

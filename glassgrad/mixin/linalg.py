@@ -45,12 +45,14 @@ def _broadcasts_to(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return len(small) <= len(big) and all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
 
 
-def _summed(product: Tensor, axis: int | tuple[int, ...], dtype: DType | None, result: DType) -> Tensor:
-    """product summed over `axis`, accumulating half precision in float32, cast to the `result` dtype."""
-    if dtype is not None:
-        return product.sum(axis, dtype=dtype)
-    accumulate = dtypes.float32 if result in (dtypes.float16, dtypes.bfloat16) else None
-    return product.sum(axis, dtype=accumulate).cast(result)
+def _summed(x: Tensor, y: Tensor | None, axis: int | tuple[int, ...], dtype: DType | None, result: DType) -> Tensor:
+    """x * y (x alone when y is None) summed over `axis`, of the `result` dtype unless `dtype` says otherwise; 16-bit
+    floats are multiplied and summed in float32 (their products exact) and rounded once, as PyTorch does."""
+    wide = dtypes.float32 if dtype is None and result in (dtypes.float16, dtypes.bfloat16) else result
+    if y is not None:  # broadcast before the casts: a cast under the broadcast hides the loads' views (tensor cores)
+        x, y = x._binary_operands(y, "matmul")
+    product = x.cast(wide) if y is None else x.cast(wide) * y.cast(wide)
+    return product.sum(axis, dtype=dtype) if dtype is not None else product.sum(axis).cast(result)
 
 
 class LinalgMixin:
@@ -75,7 +77,7 @@ class LinalgMixin:
         batch = _batch_shape(x2.shape[:-2], w2.shape[:-2], x, w, "matmul")
         rows = x2.reshape(*x2.shape[:-2], n, 1, k)
         cols = w2.transpose(-1, -2).reshape(*w2.shape[:-2], 1, m, k)
-        out = _summed(rows.cast(result) * cols.cast(result), -1, dtype, result)
+        out = _summed(rows, cols, -1, dtype, result)
         return out.reshape(*batch, *((n,) if x.ndim > 1 else ()), *((m,) if w.ndim > 1 else ()))
 
     def dot(self: Tensor, other: Tensor, dtype: DType | str | None = None) -> Tensor:
@@ -202,8 +204,8 @@ def _contract(x: Tensor, lx: list[str], y: Tensor | None, ly: list[str], keep: s
     order = kept + summed
     axes = tuple(range(len(kept), len(order)))
     if y is None:
-        return (_summed(_aligned(x, lx, order), axes, dtype, result), kept) if summed else (x, lx)
-    return _summed(_aligned(x, lx, order) * _aligned(y, ly, order), axes, dtype, result), kept
+        return (_summed(_aligned(x, lx, order), None, axes, dtype, result), kept) if summed else (x, lx)
+    return _summed(_aligned(x, lx, order), _aligned(y, ly, order), axes, dtype, result), kept
 
 
 def _output_labels(rhs: str | None, inputs: list[list[str]], ellipsis: list[str]) -> list[str]:

@@ -373,9 +373,9 @@ def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int,
         raise ValueError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
     windows, w = _grouped_windows(x, weight, stride, pads, dilation, groups)
     # the input channels and kernel offsets go last, so that the reduction is the innermost loop
-    products = (windows * w).permute(0, 1, 2, *range(4, 4 + nd), 3, *range(4 + nd, 4 + 2 * nd))
+    order = (0, 1, 2, *range(4, 4 + nd), 3, *range(4 + nd, 4 + 2 * nd))
     result = promote_types(x.dtype, weight.dtype)
-    out = _summed(products, tuple(range(3 + nd, 4 + 2 * nd)), None, result)
+    out = _summed(windows.permute(order), w.permute(order), tuple(range(3 + nd, 4 + 2 * nd)), None, result)
     out = out.reshape(n, weight.shape[0], *windows.shape[4 : 4 + nd])
     rule = functools.partial(_conv_gradients, stride=stride, pads=pads, dilation=dilation, groups=groups, op=op)
     out = custom_gradient(out, (x, weight), rule)
@@ -418,13 +418,13 @@ def _conv_gradients(g: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, ...
     item_bytes = prod(g.shape[1:]) * g.dtype.itemsize + prod(x.shape[1:]) * x.dtype.itemsize
     part = cache_sized_part(n, item_bytes, weight.numel(), weight.dtype, x.device)
     if part is None:
-        return dx, _summed(g * windows, (0, *range(4, 4 + nd)), None, weight.dtype).reshape(weight.shape)
+        return dx, _summed(g, windows, (0, *range(4, 4 + nd)), None, weight.dtype).reshape(weight.shape)
 
     # on the CPU, a part of the batch at a time: its operands stay in cache while each block of outputs reads them
     def parts(t: Tensor) -> Tensor:
         return t.reshape(n // part, part, *t.shape[1:])
 
-    partial = _summed(parts(g) * parts(windows), (1, *range(5, 5 + nd)), None, weight.dtype).contiguous()
+    partial = _summed(parts(g), parts(windows), (1, *range(5, 5 + nd)), None, weight.dtype).contiguous()
     return dx, partial.sum(axis=0).reshape(weight.shape)
 
 
@@ -617,7 +617,7 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
     pads = tuple(zip(padding, after, strict=True))
     windows = _windows(x.pad(((0, 0),) * (x.ndim - nd) + pads), kernel, stride, dilation)
     window_axes = tuple(range(-nd, 0))
-    sums = _summed(windows, window_axes, None, x.dtype)
+    sums = _summed(windows, None, window_axes, None, x.dtype)
     if divisor_override is not None:
         if isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0:
             raise ValueError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")

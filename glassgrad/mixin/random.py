@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import DType, dtypes, to_dtype
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import prod
+from glassgrad.shape import shape_arg
 from glassgrad.tensor_math import polynomial
 
 if TYPE_CHECKING:
@@ -87,8 +88,7 @@ class RandomMixin:
         shape, dtype, device = _creator_args(shape, dtype, device, "rand")
         bits = UNIFORM_BITS[dtype]
         random = cls._random_bits(prod(shape), device)
-        exact = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32  # holds k * 2**-bits exactly
-        uniform = (random >> (32 - bits)).cast(exact) * 2.0**-bits
+        uniform = (random >> (32 - bits)).cast(_working_float(dtype)) * 2.0**-bits  # k * 2**-bits, exact
         return uniform.cast(dtype).reshape(shape).requires_grad_(requires_grad)
 
     @classmethod
@@ -96,7 +96,7 @@ class RandomMixin:
               requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Standard normal random values (Box-Muller in float32, the same bits on every device)."""
         shape, dtype, device = _creator_args(shape, dtype, device, "randn")
-        pair = cls.rand(2, *shape, device=device)
+        pair = cls.rand(2, *shape, dtype=dtypes.float32, device=device)  # the transform reads float32 bits
         radius = _portable_log(1 - pair[0]).mul(-2).sqrt()  # 1 - u is in (0, 1]: the log is finite
         normal = radius * _portable_cos_2pi(pair[1])
         return normal.cast(dtype).requires_grad_(requires_grad)
@@ -120,7 +120,7 @@ class RandomMixin:
             raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
         if high - low > 2**32:
             raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**32 values")
-        shape = _shape(args, "randint")
+        shape = shape_arg(args, "randint")
         dtype = to_dtype(dtype)
         if requires_grad and not dtypes.is_float(dtype):
             raise ValueError(f"randint: only float tensors can require gradients, got dtype {dtype}")
@@ -136,7 +136,7 @@ class RandomMixin:
         shape, dtype, device = _creator_args(shape, dtype, device, "normal")
         if std < 0:
             raise ValueError(f"normal: std must be >= 0, got {std}")
-        values = cls.randn(*shape, device=device) * std + mean
+        values = cls.randn(*shape, dtype=_working_float(dtype), device=device) * std + mean
         return values.cast(dtype).requires_grad_(requires_grad)
 
     @classmethod
@@ -144,14 +144,14 @@ class RandomMixin:
                 device: str | None = None, requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Uniform random values in [low, high)."""
         shape, dtype, device = _creator_args(shape, dtype, device, "uniform")
-        values = cls.rand(*shape, device=device) * (high - low) + low
+        values = cls.rand(*shape, dtype=_working_float(dtype), device=device) * (high - low) + low
         return values.cast(dtype).requires_grad_(requires_grad)
 
     @classmethod
     def scaled_uniform(cls, *shape: int, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
-        shape = _shape(shape, "scaled_uniform")
+        shape = shape_arg(shape, "scaled_uniform")
         bound = max(prod(shape), 1) ** -0.5
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -159,7 +159,7 @@ class RandomMixin:
     def glorot_uniform(cls, *shape: int, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """Xavier/Glorot uniform: U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), fans from shape[0] and shape[1:]."""
-        shape = _shape(shape, "glorot_uniform")
+        shape = shape_arg(shape, "glorot_uniform")
         if not shape:
             raise ValueError("glorot_uniform: needs a shape with at least one dimension, got ()")
         bound = math.sqrt(6 / max(shape[0] + prod(shape[1:]), 1))
@@ -169,14 +169,14 @@ class RandomMixin:
     def kaiming_uniform(cls, *shape: int, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None,
                         requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """He/Kaiming uniform for leaky_relu(a): U(-b, b), b = sqrt(6 / ((1 + a^2) * prod(shape[1:])))."""
-        bound = math.sqrt(3.0) * _kaiming_std(_shape(shape, "kaiming_uniform"), a, "kaiming_uniform")
+        bound = math.sqrt(3.0) * _kaiming_std(shape_arg(shape, "kaiming_uniform"), a, "kaiming_uniform")
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
     def kaiming_normal(cls, *shape: int, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Tensor:  # fmt: skip
         """He/Kaiming normal for leaky_relu(a): N(0, 2 / ((1 + a^2) * fan_in)), fan_in = prod(shape[1:])."""
-        std = _kaiming_std(_shape(shape, "kaiming_normal"), a, "kaiming_normal")
+        std = _kaiming_std(shape_arg(shape, "kaiming_normal"), a, "kaiming_normal")
         return cls.normal(*shape, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -241,16 +241,6 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def _shape(shape: Any, op: str) -> tuple[int, ...]:
-    """f(2, 3), f((2, 3)) and f([2, 3]) alike; sizes must be non-negative ints."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    shape = tuple(shape)
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise ValueError(f"{op}: sizes must be non-negative integers, got {shape}")
-    return shape
-
-
 def _device(device: str | None) -> str:
     from glassgrad.runtime.device import Device
 
@@ -263,7 +253,13 @@ def _creator_args(shape: Any, dtype: DType | str | None, device: str | None,
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dtype):
         raise TypeError(f"{op}: makes floats; dtype {dtype} is not a float dtype (use randint for integers)")
-    return _shape(shape, op), dtype, _device(device)
+    return shape_arg(shape, op), dtype, _device(device)
+
+
+def _working_float(dtype: DType) -> DType:
+    """The dtype random values of `dtype` are computed in: float64 for float64, else float32, whatever the default
+    float is (a 16-bit one would round every step of a transform, and the portable log reads float32 bits)."""
+    return dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
 
 
 def _kaiming_std(shape: tuple[int, ...], a: float, op: str) -> float:
@@ -276,7 +272,7 @@ def _exponential(shape: tuple[int, ...], device: str) -> Tensor:
     """Exp(1) random values: -log(1 - u) for u uniform in [0, 1)."""
     from glassgrad.tensor import Tensor
 
-    return -_portable_log(1 - Tensor.rand(*shape, device=device))
+    return -_portable_log(1 - Tensor.rand(*shape, dtype=dtypes.float32, device=device))
 
 
 def _portable_log(v: Tensor) -> Tensor:

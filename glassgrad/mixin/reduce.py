@@ -8,6 +8,7 @@ PyTorch returns int64.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from glassgrad.dtype import DType, dtypes
@@ -83,6 +84,43 @@ def _accumulating(x: Tensor) -> Tensor:
     return x
 
 
+def _in_float32(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    """fn(x), computed in float32 where x is half or bfloat16 and rounded back once, as PyTorch accumulates them: a
+    16-bit running sum stops growing once its terms fall under half its last place."""
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16):
+        return fn(x)
+    return fn(x.cast(dtypes.float32)).cast(x.dtype)
+
+
+def _mean(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    """The sum over `axes` divided by the count; NaN over an empty dim."""
+    count = product(x.shape[a] for a in axes)
+    total = x.sum(axes, keepdim)
+    return total.div(count) if count else total * math.nan
+
+
+def _squared_deviations(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    """sum((x - mean)^2) over `axes`: the variance's numerator."""
+    return (x - _mean(x, axes, keepdim=True)).square().sum(axes, keepdim)
+
+
+def _softmax(x: Tensor, axis: int) -> Tensor:
+    e = (x - x._max_for_stability(axis)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+
+def _log_softmax(x: Tensor, axis: int) -> Tensor:
+    shifted = x - x._max_for_stability(axis)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+
+def _logsumexp(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    m = x._reduce(Ops.MAX, axes, True, "logsumexp").detach()
+    m = (m.eq(math.inf) | m.eq(-math.inf)).where(0.0, m)  # an all-(-inf) or +inf slice: shifting would give nan
+    out = (x - m).exp().sum(axes, keepdim=True).log() + m
+    return out if keepdim else _drop_axes(out, axes)
+
+
 def _is_nan(x: Tensor) -> Tensor:
     """True where x is NaN (never, for ints and bools)."""
     return x.ne(x) if dtypes.is_float(x.dtype) else x.zeros_like(dtype=dtypes.bool)
@@ -120,25 +158,15 @@ class ReduceMixin:
         """Sum over `dim` (all dims when None); bools and small ints sum as int32 or uint32 (PyTorch: int64)."""
         axes = _axes(self, _pick_axis(axis, dim, "sum"), "sum")
         x = self.cast(dtype) if dtype is not None else _accumulating(self)
-        return x._reduce(Ops.ADD, axes, keepdim, "sum")
+        return _in_float32(x, lambda w: w._reduce(Ops.ADD, axes, keepdim, "sum"))
 
     def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None, *,
              dim: Axis = None) -> Tensor:  # fmt: skip
-        """Product over `dim` (all dims when None), with gradients exact at zeros; bools and small ints give int32."""
+        """Product over `dim` (all dims when None): one MUL reduction, its gradient exact at zeros; bools and small
+        ints give int32."""
         axes = _axes(self, _pick_axis(axis, dim, "prod"), "prod")
         x = self.cast(dtype) if dtype is not None else _accumulating(self)
-        if not dtypes.is_float(x.dtype):
-            return x._reduce(Ops.MUL, axes, keepdim, "prod")
-        # d prod / d x_i is the product of the others. The primitive's rule, prod / x_i, fails at zeros, so the
-        # product is taken of the nonzeros only (their gradient prod / x_i is right) and then scaled by
-        # 1 with no zeros, 0 with two or more, and the sole zero itself with exactly one: its value is 0, and its
-        # gradient is the product of the others.
-        is_zero = x.eq(0)
-        zeros = is_zero.sum(axes, keepdim=True)
-        nonzero_product = is_zero.where(1, x)._reduce(Ops.MUL, axes, True, "prod")
-        sole_zero = is_zero.where(x, 0).sum(axes, keepdim=True)
-        out = nonzero_product * zeros.eq(0).where(1, zeros.eq(1).where(sole_zero, 0))
-        return out if keepdim else _drop_axes(out, axes)
+        return _in_float32(x, lambda w: w._reduce(Ops.MUL, axes, keepdim, "prod"))
 
     def max(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """Largest value over `dim` (all dims when None): values only, as tinygrad (use argmax for the indices)."""
@@ -157,9 +185,7 @@ class ReduceMixin:
         """Average over `dim` (all dims when None); integer inputs give float32; NaN over an empty dim."""
         axes = _axes(self, _pick_axis(axis, dim, "mean"), "mean")
         x = self.cast(dtype) if dtype is not None else self._float_input()
-        count = product(x.shape[a] for a in axes)
-        total = x.sum(axes, keepdim)
-        return total.div(count) if count else total * math.nan
+        return _in_float32(x, lambda w: _mean(w, axes, keepdim))
 
     # ---- statistics ----
 
@@ -169,9 +195,8 @@ class ReduceMixin:
         axes = _axes(self, _pick_axis(axis, dim, op), op)
         if unbiased is not None:
             correction = 1 if unbiased else 0
-        x = self._float_input()
-        squares = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim)
-        return squares.div(max(0, product(x.shape[a] for a in axes) - correction))
+        count = max(0, product(self.shape[a] for a in axes) - correction)
+        return _in_float32(self._float_input(), lambda x: _squared_deviations(x, axes, keepdim).div(count))
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:  # fmt: skip
@@ -247,26 +272,18 @@ class ReduceMixin:
                 dim: int | None = None) -> Tensor:  # fmt: skip
         """exp(x) / exp(x).sum(dim), along the last dimension unless `dim` (or `axis`) says otherwise."""
         axis = _one_axis(self, _pick_axis(axis, dim, "softmax"), "softmax", default=-1)
-        x = self._softmax_input(dtype)
-        e = (x - x._max_for_stability(axis)).exp()
-        return e / e.sum(axis, keepdim=True)
+        return _in_float32(self._softmax_input(dtype), lambda x: _softmax(x, axis))
 
     def log_softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                     dim: int | None = None) -> Tensor:  # fmt: skip
         """x - logsumexp(x, dim): the log of softmax, without rounding its small values to zero."""
         axis = _one_axis(self, _pick_axis(axis, dim, "log_softmax"), "log_softmax", default=-1)
-        x = self._softmax_input(dtype)
-        shifted = x - x._max_for_stability(axis)
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        return _in_float32(self._softmax_input(dtype), lambda x: _log_softmax(x, axis))
 
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """log(exp(x).sum(dim)) without overflow (all dimensions when `dim` is None); -inf over an empty dim."""
         axes = _axes(self, _pick_axis(axis, dim, "logsumexp"), "logsumexp")
-        x = self._float_input()
-        m = x._reduce(Ops.MAX, axes, True, "logsumexp").detach()
-        m = (m.eq(math.inf) | m.eq(-math.inf)).where(0.0, m)  # an all-(-inf) or +inf slice: shifting would give nan
-        out = (x - m).exp().sum(axes, keepdim=True).log() + m
-        return out if keepdim else _drop_axes(out, axes)
+        return _in_float32(self._float_input(), lambda x: _logsumexp(x, axes, keepdim))
 
     # ---- cumulative ops: along one dimension, computed on the last ----
 
@@ -285,14 +302,14 @@ class ReduceMixin:
         """Running sums along `dim` (0 by default); small ints and bools give int32. O(n * 64) work for length n."""
         axis = _one_axis(self, _pick_axis(axis, dim, "cumsum"), "cumsum", default=0)
         x = self.cast(dtype) if dtype is not None else _accumulating(self)
-        return x._along_last(axis, lambda t: _cumulative(t, "sum"))
+        return _in_float32(x, lambda w: w._along_last(axis, lambda t: _cumulative(t, "sum")))
 
     def cumprod(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                 dim: int | None = None) -> Tensor:  # fmt: skip
         """Running products along `dim` (0 by default), with gradients exact at zeros. O(n * 64) work for length n."""
         axis = _one_axis(self, _pick_axis(axis, dim, "cumprod"), "cumprod", default=0)
         x = self.cast(dtype) if dtype is not None else _accumulating(self)
-        return x._along_last(axis, lambda t: _cumulative(t, "prod"))
+        return _in_float32(x, lambda w: w._along_last(axis, lambda t: _cumulative(t, "prod")))
 
     def cummax(self: Tensor, axis: int | None = None, *, dim: int | None = None) -> ValuesIndices:
         """Running maxima along `dim` (0 by default) and their indices (the last on ties, int32); O(n^2) work."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.nn import optim, state  # noqa: F401  (tinygrad's import paths: glassgrad.nn.optim, glassgrad.nn.state)
 from glassgrad.tensor import Tensor
@@ -12,12 +13,15 @@ from glassgrad.tensor_checks import checked_index
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     """U(-bound, bound): PyTorch's default for weights (kaiming_uniform with a=sqrt(5)) and biases of these layers."""
-    return (Tensor.rand(*shape) * (2 * bound) - bound).contiguous()
+    return Tensor.uniform(*shape, low=-bound, high=bound).contiguous()
 
 
-def _filled(shape: tuple[int, ...], value: float, dtype: str = "float32", requires_grad: bool | None = None) -> Tensor:
-    """A tensor of `value` in a buffer of its own. Tensor.full(...).contiguous() is not enough: equal lazy graphs are
-    one interned node, so two such tensors of one shape (a weight and a running_var) would share a buffer."""
+def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:  # fmt: skip
+    """A tensor of `value` (dtypes.default_float unless `dtype` says) in a buffer of its own. Tensor.full(...)
+    .contiguous() is not enough: equal lazy graphs are one interned node, so two such tensors of one shape (a weight
+    and a running_var) would share a buffer."""
+    dtype = dtype or dtypes.default_float
     return Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
 
 

@@ -11,6 +11,12 @@ from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
 SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+# C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
+# is 256, not 0; bool True + True is 2, not True) wherever it is used unstored (compared, cast wider, summed)
+SMALL_INTS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+# ops whose int result can leave a small int's range; computed in unsigned int, where they wrap as defined (signed
+# int overflows in 65535 * 65535 and shifts a negative value left, both undefined), the cast back keeps the low bits
+WRAPPING_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC)
 
 
 def _compute_in_float(x: UOp) -> UOp | None:
@@ -58,8 +64,9 @@ class CStyleRenderer(Renderer):
     kernel_prefix = "void"
     buffer_prefix = ""
     split_outer_loop = False  # CPU: the outer output loop runs from start to end, given by the caller per thread
-    outer_loop_params: tuple[str, ...] = ("int start", "int end")  # the kernel's arguments that bound it
-    range_entry = False  # also render NAME_range(void** args, int start, int end), which calls the kernel
+    # the kernel's arguments that bound it: 64-bit, since a loop over more than 2**31 elements counts in int64
+    outer_loop_params: tuple[str, ...] = ("long long start", "long long end")
+    range_entry = False  # also render NAME_range(void** args, long long start, long long end), which calls the kernel
     restrict = "restrict"
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -132,7 +139,15 @@ class CStyleRenderer(Renderer):
         return f"({{ union {{ {self.type_name(src)} a; {self.type_name(dst)} b; }} u_ = {{ .a = {x} }}; u_.b; }})"
 
     def render_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
-        """The C expression of one elementwise op."""
+        """The C expression of one elementwise op, of `dtype`'s width (as NumPy's, wrapping around)."""
+        if dtype not in SMALL_INTS or op not in (*WRAPPING_OPS, Ops.IDIV):
+            return self.alu_expression(op, dtype, args, src)
+        if op in WRAPPING_OPS:
+            args = [f"((unsigned int){args[0]})", *args[1:]]  # the other operands follow the first into unsigned
+        return f"(({self.type_name(dtype)}){self.alu_expression(op, dtype, args, src)})"  # -128 / -1 too
+
+    def alu_expression(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
+        """The C expression of one elementwise op, as C computes it (small ints in int)."""
         if op in self.float_functions:
             return f"{self.float_functions[op][dtype == dtypes.float64]}({args[0]})"
         if op is Ops.NEG:
@@ -164,6 +179,8 @@ class CStyleRenderer(Renderer):
         forms take it as it is."""
         if op in self.native_vector_ops and dtype.scalar != dtypes.bool:
             a, b = (s or arg for s, arg in zip(scalars, args))
+            if scalars[0] is not None and scalars[1] is not None:
+                a = args[0]  # lanes that all read one value are still a vector: one operand stays the vector
             return f"({a}{self.infix[op]}{b})"
         if op is Ops.NEG and dtype.scalar != dtypes.bool:
             return f"(-{args[0]})"
@@ -345,7 +362,7 @@ class CKernelWriter:
             return kernel
         # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them
         args = ", ".join([f"args[{i}]" for i in range(buffers)] + ["start", "end"])
-        return kernel + f"\nvoid {name}_range(void** args, int start, int end) {{ {name}({args}); }}"
+        return kernel + f"\nvoid {name}_range(void** args, long long start, long long end) {{ {name}({args}); }}"
 
     def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
         """Writers for ops only a dialect has (CUDA's thread indices and shared-memory combines)."""
@@ -361,7 +378,7 @@ class CKernelWriter:
     def range(self, u: UOp) -> None:
         name = self.names[u] = f"ridx{u.arg}"
         start, end = ("start", "end") if u is self.outer_loop else ("0", self.names[u.src[0]])
-        self.line(f"for (int {name} = {start}; {name} < {end}; {name}++) {{")
+        self.line(f"for ({self.r.type_name(u.dtype)} {name} = {start}; {name} < {end}; {name}++) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:

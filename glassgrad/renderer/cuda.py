@@ -197,13 +197,13 @@ class CUDAKernelWriter(CKernelWriter):
         if len(u.src) > 1:  # a loop the threads of a GROUP share: each takes every n-th iteration
             name, thread = f"ridx{u.arg}", u.src[1]
             self.names[u] = name
-            self.line(f"for (int {name} = {self.names[thread]}; {name} < {self.names[u.src[0]]}; "
-                      f"{name} += {thread.arg[1]}) {{")  # fmt: skip
+            self.line(f"for ({self.r.type_name(u.dtype)} {name} = {self.names[thread]}; {name} < "
+                      f"{self.names[u.src[0]]}; {name} += {thread.arg[1]}) {{")  # fmt: skip
             self.depth += 1
             return
         if u not in self.grid:
             return super().range(u)
-        name, bound = f"ridx{u.arg}", self.names[u.src[0]]
+        name, bound, t = f"ridx{u.arg}", self.names[u.src[0]], self.r.type_name(u.dtype)
         self.names[u] = name
         # each thread (or block) has one global index: gidx, unravelled over the grid loops
         i = self.grid.index(u)
@@ -211,15 +211,16 @@ class CUDAKernelWriter(CKernelWriter):
         index = "gidx" if inner == 1 else f"(gidx/{inner})"
         index = index if i == 0 else f"({index}%{bound})"
         if i > 0:
-            self.line(f"int {name} = {index}; {{")
+            self.line(f"{t} {name} = {index}; {{")
         else:
-            gidx = "blockIdx.x" if self.block else "blockIdx.x*blockDim.x+threadIdx.x"
+            block = "blockIdx.x" if u.dtype == dtypes.int32 else f"({t})blockIdx.x"  # 2**31 threads or more: int64
+            gidx = block if self.block else f"{block}*blockDim.x+threadIdx.x"
             if self.items > 1:  # a fixed count the compiler unrolls: every item's loads issue before any store
                 self.line(f"for (int gitem = 0; gitem < {self.items}; gitem++) {{")
                 self.depth += 1
-                gidx = f"(blockIdx.x*{self.items}+gitem)*blockDim.x+threadIdx.x"  # a block's items lie side by side
+                gidx = f"({block}*{self.items}+gitem)*blockDim.x+threadIdx.x"  # a block's items lie side by side
             total = prod(size(loop) for loop in self.grid)
-            self.line(f"int gidx = {gidx}; int {name} = {index}; if (gidx < {total}) {{")
+            self.line(f"{t} gidx = {gidx}; {t} {name} = {index}; if (gidx < {total}) {{")
         self.depth += 1
 
     def endrange(self, u: UOp) -> None:

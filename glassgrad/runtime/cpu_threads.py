@@ -22,7 +22,7 @@ SOURCE = r"""
 #include <time.h>
 #include <unistd.h>
 
-typedef void (*gg_range_fn)(void **args, int start, int end);
+typedef void (*gg_range_fn)(void **args, long long start, long long end);
 enum { GG_MAX_THREADS = 256 };
 
 static pthread_mutex_t gg_lock = PTHREAD_MUTEX_INITIALIZER, gg_run_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -35,7 +35,8 @@ static long gg_cores;  /* online cores, read on the first threaded call */
 static unsigned long gg_born[GG_MAX_THREADS];  /* the job count when each worker started: its first one is the next */
 static gg_range_fn gg_fn;  /* the kernel posted, written before gg_job is bumped and read after */
 static void **gg_args;
-static int gg_size, gg_threads;
+static long long gg_size;
+static int gg_threads;
 
 static long gg_now_ns(void) {
   struct timespec t;
@@ -86,7 +87,10 @@ static void gg_wait_done(long spin_ns) {
   }
 }
 
-static int gg_bound(int size, int part, int parts) { return (int)((long long)size * part / parts); }
+/* floor(size * part / parts), without overflowing for a loop of up to 2**63 iterations */
+static long long gg_bound(long long size, int part, int parts) {
+  return size / parts * part + size % parts * part / parts;
+}
 
 static void *gg_worker(void *arg) {
   int me = (int)(long)arg;
@@ -118,7 +122,7 @@ static void gg_after_fork(void) {
 
 /* Run fn(args, start, end) over [0, size) in `threads` contiguous shares, the first on the calling thread. A call
    made while another runs (from a second Python thread) runs its whole loop on its own thread. */
-void gg_threads_run(gg_range_fn fn, void **args, int size, int threads, long spin_ns) {
+void gg_threads_run(gg_range_fn fn, void **args, long long size, int threads, long spin_ns) {
   if (threads > GG_MAX_THREADS) threads = GG_MAX_THREADS;
   if (threads > size) threads = size;
   if (threads < 2 || pthread_mutex_trylock(&gg_run_lock) != 0) {
@@ -159,7 +163,7 @@ class CThreads:
         self.lib = ctypes.CDLL(f.name)
         os.unlink(f.name)
         self.run_fn = self.lib.gg_threads_run
-        self.run_fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        self.run_fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_long]
         self.run_fn.restype = None
 
     def run(self, range_fn: int, args: ctypes.Array, size: int, threads: int) -> None:

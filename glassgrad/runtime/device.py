@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import pathlib
@@ -14,6 +15,7 @@ from typing import Any
 from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import DType
 from glassgrad.helpers import getenv
+from glassgrad.runtime.out_of_memory import OutOfMemoryError, host_bytes
 
 
 class Allocator:
@@ -190,7 +192,13 @@ class Buffer:
         elif self._handle is None:
             from glassgrad.engine.counters import GlobalCounters
 
-            self._handle = Device[self.device].allocator.alloc(self.nbytes)
+            try:
+                self._handle = Device[self.device].allocator.alloc(self.nbytes)
+            except (MemoryError, OverflowError, OSError) as e:  # OSError: a mapping refused (ENOMEM); others rise
+                if isinstance(e, OSError) and e.errno != errno.ENOMEM:
+                    raise
+                reason = str(e) or "the allocator has no memory left"
+                raise OutOfMemoryError(self.device, self.size, self.dtype, reason) from None
             GlobalCounters.add_memory(self.nbytes)
         return self
 
@@ -214,7 +222,12 @@ class Buffer:
 
     def as_bytes(self) -> bytearray:
         """A host copy of the whole buffer."""
-        out = bytearray(self.nbytes)
+        try:
+            out = host_bytes(self.nbytes)
+        except MemoryError as e:
+            raise OutOfMemoryError(
+                f"the host (copying a {self.device} buffer)", self.size, self.dtype, str(e)
+            ) from None
         if self.nbytes:
             Device[self.device].allocator.copyout(memoryview(out), self.handle)
         return out

@@ -17,6 +17,7 @@ import time
 from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.runtime.cpu_threads import CThreads
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
+from glassgrad.runtime.out_of_memory import check_host_memory
 
 ALIGN = 64  # bytes: room for the widest vector loads
 HUGE_PAGE = 2 << 20  # buffers this large are mapped on their own and asked for 2 MiB pages: a 64 MiB row sum reads
@@ -42,6 +43,7 @@ class CPUAllocator(Allocator):
             if self.freed.get(nbytes):
                 self.freed_bytes -= nbytes
                 return self.freed[nbytes].pop()
+        check_host_memory(nbytes)  # mapped anyway, its pages would get the process killed when touched
         if nbytes >= HUGE_PAGE:
             return huge_page_buffer(nbytes)
         raw = (ctypes.c_uint8 * (nbytes + ALIGN))()
@@ -180,7 +182,7 @@ class CPUProgram(Program):
         if global_size is None:  # no loop to split: the kernel takes only its buffers
             self.fn(*(ctypes.c_void_p(b[1]) for b in bufs))
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs), ctypes.c_int(0), ctypes.c_int(global_size[0]))
+            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs), ctypes.c_longlong(0), ctypes.c_longlong(global_size[0]))
             self.single_thread_seconds = time.perf_counter() - start
         else:
             if CPUProgram.threads is None:

@@ -18,6 +18,7 @@ import threading
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
+from glassgrad.runtime.out_of_memory import human_bytes
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 SHARED_BYTES_SYMBOL = b"gg_dynamic_shared_bytes"  # a kernel that needs dynamic shared memory says how much here
@@ -164,6 +165,10 @@ class CUDAAllocator(Allocator):
         if code == CUDA_ERROR_OUT_OF_MEMORY and self.kept:
             self.release_kept()
             code = libcuda().cuMemAlloc_v2(ctypes.byref(pointer), max(nbytes, 1))
+        if code == CUDA_ERROR_OUT_OF_MEMORY:  # Buffer says what was asked for; this, what the GPU has
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            cu("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+            raise MemoryError(f"the GPU has {human_bytes(total.value)}, {human_bytes(free.value)} of it free")
         check(code, "cuMemAlloc_v2")
         return pointer.value
 

@@ -9,6 +9,7 @@ import time
 from glassgrad.dtype import DTYPES_BY_NAME, DType, PtrDType, bfloat16_to_float, dtypes, float_to_bfloat16
 from glassgrad.renderer import Renderer
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
+from glassgrad.runtime.out_of_memory import host_bytes
 from glassgrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 from glassgrad.uop.ops import Ops, UOp
 
@@ -17,7 +18,7 @@ class PythonAllocator(Allocator):
     """Buffers are bytearrays."""
 
     def alloc(self, nbytes: int) -> bytearray:
-        return bytearray(nbytes)
+        return host_bytes(nbytes)
 
     def copyin(self, dest: bytearray, src: memoryview) -> None:
         dest[:] = src
