@@ -1,0 +1,142 @@
+"""Run many cases: in this process (`run_cases`), or in a child process that a crash cannot take the run down with
+(`run_guarded`): the child reports each case as it starts and ends, so the case that killed it is named, and a
+fresh child goes on with the next."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .generator import generate
+from .runner import check, render, shrink
+
+
+@dataclass
+class Options:
+    device: str | None = None
+    ops: list[str] | None = None
+    exclude: frozenset[str] = frozenset()
+    shrink: bool = True
+
+
+@dataclass
+class Result:
+    seed: int
+    kind: str | None  # None: passed
+    message: str = ""
+    reproducer: str = ""
+    ops: list[str] = field(default_factory=list)
+
+
+def run_case(seed: int, opts: Options) -> Result:
+    """Generate the case of `seed`, run it, shrink a failure; exceptions of the fuzzer itself are failures too."""
+    try:
+        program = generate(seed, opts.device, opts.ops, opts.exclude)
+    except Exception:  # noqa: BLE001 - a bug of the generator is reported, not hidden
+        return Result(seed, "fuzzer-error:generate", traceback.format_exc(limit=4))
+    try:
+        failure = check(program)
+        if failure is not None and opts.shrink:
+            failure = shrink(failure)
+        if failure is not None:
+            return Result(seed, failure.kind, failure.message, failure.reproducer(), program.ops())
+    except Exception:  # noqa: BLE001
+        return Result(seed, "fuzzer-error:check", traceback.format_exc(limit=6), render(program, program.outputs, True))
+    return Result(seed, None, ops=program.ops())
+
+
+def run_cases(seeds, opts: Options, report=None) -> list[Result]:
+    """Each case in this process (a crash ends the process: see run_guarded)."""
+    results = []
+    for seed in seeds:
+        r = run_case(seed, opts)
+        results.append(r)
+        if report:
+            report(r)
+    return results
+
+
+def _child(conn, seeds, opts: Options) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    for seed in seeds:
+        conn.send(("start", seed))
+        conn.send(("done", run_case(seed, opts)))
+    conn.send(("end", None))
+
+
+def run_guarded(seeds: list[int], opts: Options, report=None, timeout: float = 300.0) -> list[Result]:
+    """The cases in child processes; a child that dies or hangs fails the case it was on, and the rest go on."""
+    ctx = mp.get_context("spawn")
+    results: list[Result] = []
+    todo = list(seeds)
+    while todo:
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(child, todo, opts), daemon=True)
+        proc.start()
+        child.close()
+        current = None
+        while True:
+            if not parent.poll(timeout):
+                proc.kill()
+                kind, why = "hang", f"no answer in {timeout:.0f} s"
+                break
+            try:
+                tag, payload = parent.recv()
+            except EOFError:
+                proc.join()
+                kind, why = "crash", f"the process died (exit code {proc.exitcode}: a signal if negative)"
+                break
+            if tag == "start":
+                current = payload
+            elif tag == "done":
+                results.append(payload)
+                todo.remove(payload.seed)
+                current = None
+                if report:
+                    report(payload)
+            else:
+                proc.join()
+                return results
+        if current is None:
+            continue
+        results.append(_crash_result(current, opts, kind, why))
+        todo.remove(current)
+        if report:
+            report(results[-1])
+    return results
+
+
+def _crash_result(seed: int, opts: Options, kind: str, why: str) -> Result:
+    """A case that killed its process: the whole program is the reproducer (shrinking it would risk the parent)."""
+    program = generate(seed, opts.device, opts.ops, opts.exclude)
+    last = program.steps[-1].op if program.steps else "input"
+    return Result(seed, f"{kind}:{last}", why, render(program, program.outputs, True), program.ops())
+
+
+def summary(results: list[Result], seconds: float) -> str:
+    """The closing note: counts, then each failure kind with its count and one reproducer (the shortest)."""
+    failed = [r for r in results if r.kind]
+    kinds = Counter(r.kind for r in failed)
+    lines = [f"{len(results)} cases, {len(results) - len(failed)} passed, {len(failed)} failed in {seconds:.0f} s"]
+    for kind, n in kinds.most_common():
+        example = min((r for r in failed if r.kind == kind), key=lambda r: len(r.reproducer))
+        first_line = example.message.strip().splitlines()[0][:400] if example.message.strip() else ""
+        seeds = [r.seed for r in failed if r.kind == kind][:10]
+        lines += ["", f"=== {kind}: {n} case(s); seeds {seeds}", f"--- seed {example.seed}: {first_line}",
+                  example.reproducer]  # fmt: skip
+    ops = Counter(op for r in results for op in r.ops)
+    lines += ["", f"ops run: {len(ops)} kinds, {sum(ops.values())} steps"]
+    return "\n".join(lines)
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
