@@ -12,6 +12,10 @@ KNOWN_FAILURES: dict[str, str] = {
     "reads it (uint8 << 7 cast to double gives 768): the dtype-width fix",
     "var-nonfinite": "NEW (found by this fuzzer, no branch fixes it yet): the gradient of var/std over values with an "
     "inf is NaN everywhere where PyTorch gives +-inf (2 (x - mean) / (N - 1))",
+    "float-divmod-special": "NEW: float // and % are floor(x * (1 / y)) and x - that * y (tensor.py div), so "
+    "x % +-inf is NaN (Python and PyTorch: x or +-inf), +-inf // y is +-inf (NaN), the gradient of x % 0 is NaN (1)",
+    "float-divmod-rounding": "NEW: the same floor(x * (1 / y)) misses where x / y is (nearly) a whole number: "
+    "bfloat16 7 vs PyTorch's 6; PyTorch and Python divide exactly (fmod)",
     # ops whose gradients are NaN at the edges of their domain (x = +-1, x = 0 ** n): the autograd fixes
     "acos": "gradient at +-1 is NaN where PyTorch gives -inf",
     "acosh": "gradient at 1 and below is NaN where PyTorch gives 0 or inf",

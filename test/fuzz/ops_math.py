@@ -169,12 +169,20 @@ def binary(g: Gen, name: str) -> Spec | None:
             ref = lambda x, y: f(cast(x, a.dtype, fl), cast(y, b.dtype, fl))  # noqa: E731
             return Spec(code, (a.name, b.name), ref, needs_exact=discontinuous)
         ref = _carried_binary(ARITH[name][2], a.dtype, b.dtype, dtype)
-        return Spec(code, (a.name, b.name), ref, dtype, errors=(ZeroDivisionError,), features=_features(name, a, b))
+        return Spec(
+            code,
+            (a.name, b.name),
+            ref,
+            dtype,
+            errors=(ZeroDivisionError,),
+            features=_features(name, a.ref, b.ref, dtype),
+        )
     f = COMPARE[name][1] if comparison else ARITH[name][1]
     if (a.ref.ndim == 0) != (b.ref.ndim == 0):
         f = _by_dtype(f, a.dtype, b.dtype)
+    feats = _features(name, a.ref, b.ref, promote(a.dtype, b.dtype))
     return Spec(code, (a.name, b.name), f, needs_exact=discontinuous, errors=(RuntimeError,) if int_div else (),
-                keeps_exact=name in ("maximum", "minimum"), features=_features(name, a, b))  # fmt: skip
+                keeps_exact=name in ("maximum", "minimum"), features=feats)  # fmt: skip
 
 
 def _by_dtype(f, da, db):
@@ -184,14 +192,19 @@ def _by_dtype(f, da, db):
     return lambda x, y: f(cast(x, da, d), cast(y, db, d))
 
 
-def _features(name: str, a: Value, b: Value | None) -> tuple[str, ...]:
-    """Named corners of a step that a run may leave out (the CI's list of known failures names them)."""
-    feats = []
-    if name in INT_DIV and not is_float(a.dtype) and b is not None and not is_float(b.dtype):
-        lo = dtypes.min(promote(a.dtype, b.dtype))
-        if lo < 0 and bool(((a.ref == lo) & (b.ref == -1)).any()):
-            feats.append("int-min-div")
-    return tuple(feats)
+def _features(name: str, x: torch.Tensor, y: torch.Tensor, dtype) -> tuple[str, ...]:
+    """Named corners of a step (x op y in `dtype`) that a run may leave out (known.py names the CI's)."""
+    if name not in INT_DIV:
+        return ()
+    if not is_float(dtype):
+        lo = dtypes.min(dtype)
+        return ("int-min-div",) if lo < 0 and bool(((x == lo) & (y == -1)).any()) else ()
+    x, y = torch.broadcast_tensors(x.detach().double(), y.detach().double())
+    if not bool((torch.isfinite(x) & torch.isfinite(y) & (y != 0)).all()):
+        return ("float-divmod-special",)
+    q = x / y
+    near = (q != 0) & ((q - q.round()).abs() <= 1e-5 * q.abs().clamp(min=1))
+    return ("float-divmod-rounding",) if bool(near.any()) else ()
 
 
 def _scalar_spec(a: Value, s, source: str, name: str, reverse: bool) -> Spec:
@@ -204,6 +217,8 @@ def _scalar_spec(a: Value, s, source: str, name: str, reverse: bool) -> Spec:
     discontinuous = comparison or (name in INT_DIV and is_float(dtype))
     # PyTorch makes bool + 1 an int64; glassgrad's default int is int32 (docs/tensor.md): the values agree
     to_default = a.dtype == dtypes.bool and isinstance(s, int) and not isinstance(s, bool) and not comparison
+    sides = (torch.tensor(s), a.ref) if reverse else (a.ref, torch.tensor(s))
+    feats = _features(name, *sides, dtype)
     if a.dtype in CARRIED:
         fl = dtype if is_float(dtype) else dtypes.float32 if name == "div" or isinstance(s, float) else None
         if fl is not None:  # the scalar's kind (or true division) lifts both sides to a float
@@ -212,10 +227,10 @@ def _scalar_spec(a: Value, s, source: str, name: str, reverse: bool) -> Spec:
             st, conv = order(_carrier_scalar(int(s), a.dtype), a.dtype), lambda t: order(t, a.dtype)
         if comparison or fl is not None:
             ref = (lambda t: f(st, conv(t))) if reverse else (lambda t: f(conv(t), st))
-            return Spec(code, (a.name,), ref, needs_exact=discontinuous)
+            return Spec(code, (a.name,), ref, needs_exact=discontinuous, features=feats)
         op, st = ARITH[name][2], _carrier_scalar(int(s), a.dtype)
         ref = (lambda t: op(st, t, a.dtype)) if reverse else (lambda t: op(t, st, a.dtype))
-        return Spec(code, (a.name,), ref, a.dtype, errors=(ZeroDivisionError,))
+        return Spec(code, (a.name,), ref, a.dtype, errors=(ZeroDivisionError,), features=feats)
     if name in ("maximum", "minimum"):
         ref = lambda t: f(t, torch.tensor(s, dtype=TORCH[dtype]))  # noqa: E731
     else:
@@ -226,7 +241,7 @@ def _scalar_spec(a: Value, s, source: str, name: str, reverse: bool) -> Spec:
         name in ("add", "sub", "mul") and s in (0, 1, -1, 2, 0.5) and is_float(dtype)
     )
     return Spec(code, (a.name,), ref, needs_exact=discontinuous, keeps_exact=keeps,
-                errors=(RuntimeError,) if int_div else ())  # fmt: skip
+                errors=(RuntimeError,) if int_div else (), features=feats)  # fmt: skip
 
 
 def _carrier_scalar(s: int, d) -> torch.Tensor:

@@ -224,9 +224,9 @@ def run_step(gen: Gen, op: str, spec: Spec) -> bool:
     except Undefined:
         return False
     except spec.errors as e:
-        feature = "int-div-zero" if "ZeroDivision" in str(e) or isinstance(e, ZeroDivisionError) else "index-oob"
-        if not gen.allowed(feature) or gen.rng.random() > 0.3:
-            return False
+        feature = _error_feature(e)
+        if feature is None or not gen.allowed(feature) or gen.rng.random() > 0.3:
+            return False  # an error glassgrad need not share (bool // bool), or one left out or not chosen
         prog.steps.append(Step(gen.new_name(), op, spec.code, spec.args, spec.ref, spec.dtype, type(e).__name__,
                                spec.features + (feature,)))  # fmt: skip
         return True
@@ -249,6 +249,16 @@ def run_step(gen: Gen, op: str, spec: Spec) -> bool:
     prog.values[name] = Value(name, out, dtype, exact, tol)
     prog.steps.append(Step(name, op, spec.code, spec.args, spec.ref, spec.dtype, features=features))
     return True
+
+
+def _error_feature(e: BaseException) -> str | None:
+    """The user errors glassgrad must raise as PyTorch does: integer division by zero, an index out of range."""
+    text = str(e)
+    if isinstance(e, ZeroDivisionError) or "ZeroDivision" in text:
+        return "int-div-zero"
+    if isinstance(e, IndexError) or "out of bounds" in text:
+        return "index-oob"
+    return None
 
 
 NARROW = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)

@@ -123,7 +123,7 @@ def check(program: Program, outputs: list[str] | None = None, grads: bool = True
     outputs = outputs if outputs is not None else program.outputs
     code = render(program, outputs, grads=False)
     ns: dict = {}
-    expect = program.expect_error if outputs == [program.steps[-1].out] and program.expect_error else None
+    expect = program.expect_error if program.expect_error and outputs == [program.steps[-1].out] else None
     try:
         exec(compile(code, f"<fuzz case {program.seed}>", "exec"), ns)
     except Exception as e:  # noqa: BLE001 - any exception glassgrad raises is a result to judge
