@@ -9,6 +9,7 @@ import os
 import time
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .generator import generate
@@ -113,11 +114,35 @@ def run_guarded(seeds: list[int], opts: Options, report=None, timeout: float = 3
     return results
 
 
+def run_parallel(seeds: list[int], opts: Options, report, jobs: int) -> list[Result]:
+    """run_guarded in `jobs` child processes side by side, each with every jobs-th seed."""
+    with ThreadPoolExecutor(jobs) as pool:
+        parts = pool.map(lambda k: run_guarded(seeds[k::jobs], opts, report), range(jobs))
+        return sorted((r for part in parts for r in part), key=lambda r: r.seed)
+
+
 def _crash_result(seed: int, opts: Options, kind: str, why: str) -> Result:
-    """A case that killed its process: the whole program is the reproducer (shrinking it would risk the parent)."""
+    """A case that killed its process, shrunk to the first value whose program alone kills a fresh one."""
     program = generate(seed, opts.device, opts.ops, opts.exclude)
-    last = program.steps[-1].op if program.steps else "input"
-    return Result(seed, f"{kind}:{last}", why, render(program, program.outputs, True), program.ops())
+    outputs = program.outputs
+    if kind == "crash" and opts.shrink:
+        ctx = mp.get_context("spawn")
+        for step in program.steps:
+            if step.out not in program.values and step is not program.steps[-1]:
+                continue
+            proc = ctx.Process(target=_check_alone, args=(seed, opts, step.out), daemon=True)
+            proc.start()
+            proc.join(300)
+            if proc.exitcode is not None and proc.exitcode < 0:
+                outputs = [step.out]
+                break
+    last = next((s.op for s in program.steps if s.out == outputs[-1]), "input")
+    return Result(seed, f"{kind}:{last}", why, render(program, outputs, outputs == program.outputs), program.ops())
+
+
+def _check_alone(seed: int, opts: Options, name: str) -> None:
+    """(In a child) run the case's program with only `name` as its output."""
+    check(generate(seed, opts.device, opts.ops, opts.exclude), [name], grads=False)
 
 
 def summary(results: list[Result], seconds: float) -> str:
