@@ -342,8 +342,8 @@ def reduce(g: Gen, name: str) -> Spec | None:
         ref = lambda t: f(_nan_key(order(t, d), name), dims, **kd).to(torch.int32)  # noqa: E731
         return Spec(code, (a.name,), ref, needs_exact=True)
     if name in ("any", "all"):
-        f = torch.any if name == "any" else torch.all
-        return Spec(code, (a.name,), lambda t: f(t, full, **kd) if nd else t != 0, needs_exact=True)
+        f = torch.any if name == "any" else torch.all  # PyTorch gives uint8 for uint8 input; glassgrad bool (docs)
+        return Spec(code, (a.name,), lambda t: (f(t, full, **kd) if nd else t) != 0, needs_exact=True)
     if name == "mean":
         fl = d if is_float(d) else dtypes.float32  # integer inputs give float32 (docs/tensor.md; PyTorch refuses)
         return Spec(code, (a.name,), lambda t: cast(t, d, fl).mean(full, **kd) if nd else cast(t, d, fl))
