@@ -16,6 +16,8 @@ KNOWN_FAILURES: dict[str, str] = {
     "x % +-inf is NaN (Python and PyTorch: x or +-inf), +-inf // y is +-inf (NaN), the gradient of x % 0 is NaN (1)",
     "float-divmod-rounding": "NEW: the same floor(x * (1 / y)) misses where x / y is (nearly) a whole number: "
     "bfloat16 7 vs PyTorch's 6; PyTorch and Python divide exactly (fmod)",
+    "const-leaf": "NEW: Tensor(2.0, requires_grad=True) is the interned CONST 2.0, so its gradient collects the "
+    "gradient of every other 2.0 in the graph: (x * 2.0 + c).sum().gradient(c) is 5.0 for x = [1., 2.] (PyTorch 2.0)",
     # ops whose gradients are NaN at the edges of their domain (x = +-1, x = 0 ** n): the autograd fixes
     "acos": "gradient at +-1 is NaN where PyTorch gives -inf",
     "acosh": "gradient at 1 and below is NaN where PyTorch gives 0 or inf",

@@ -160,6 +160,8 @@ class Gen:
         """A new leaf of `shape` read through a random layout; floats require grad."""
         layout = layout or self.rng.choice(("contiguous",) * 3 + ("transposed", "strided", "flipped", "expanded"))
         values = self.array(shape, dtype, nonzero)
+        if not shape and is_float(dtype) and not self.allowed("const-leaf") and _round(float(values)):
+            values = np.array(self.np.uniform(0.1, 0.9), dtype=values.dtype)  # a value no constant of glassgrad's has
         stored, view, ref_view = _layout(layout, values, self.rng)
         name = f"x{len(self.program.inputs)}"
         inp = Input(name, stored, dtype, view, ref_view, is_float(dtype))
@@ -182,6 +184,11 @@ class Gen:
             x = self.rng.randint(lo, hi)
             return x if (x or not nonzero) else 3
         return self.rng.choice((0.5, -1.5, 2.0, 3.25, -0.0, 1e-3, 7.0)) if not nonzero else 2.5
+
+
+def _round(x: float) -> bool:
+    """A value glassgrad's own constants may have (0, 1, 0.5, inf, ...): a 0-d leaf of it is that interned CONST."""
+    return not math.isfinite(x) or (2 * x).is_integer()
 
 
 def _layout(layout: str, values: np.ndarray, rng: random.Random):
