@@ -5,7 +5,7 @@ reproducer. `python -m test.fuzz --cases 20000` runs the long version."""
 
 import pytest
 
-from test.fuzz.driver import Options, run_cases
+from test.fuzz.driver import Options, run_cases, run_guarded
 from test.fuzz.known import KNOWN_FAILURES
 
 CHUNKS, PER_CHUNK = 8, 25  # 200 cases in chunks that xdist spreads over its workers
@@ -19,3 +19,9 @@ def test_fuzz_cases(chunk: int):
     failed = [r for r in results if r.kind]
     report = "\n\n".join(f"seed {r.seed}: {r.kind}\n{r.message}\n{r.reproducer}" for r in failed)
     assert not failed, f"{len(failed)} of {len(results)} fuzz cases failed:\n\n{report}"
+
+
+def test_a_case_that_kills_its_process_is_named_and_the_run_goes_on():
+    results = run_guarded([5, 6, 7], Options(ops=["reshape"], die_on=6))
+    assert [(r.seed, (r.kind or "").split(":")[0]) for r in results] == [(5, ""), (6, "crash"), (7, "")]
+    assert "exit code -11" in results[1].message and "outs = [" in results[1].reproducer

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose or r.kind:
             status = "ok" if not r.kind else f"FAIL {r.kind}"
             print(f"[{done[0]}/{len(seeds)}] seed {r.seed}: {status}  ({' '.join(r.ops)})", flush=True)
-        if r.kind and args.verbose:
+        if r.kind:  # every failure with its reproducer (the summary repeats one per kind)
             print(f"  {r.message.strip()[:2000]}\n{r.reproducer}\n", flush=True)
         elif done[0] % 100 == 0:
             print(f"[{done[0]}/{len(seeds)}] {done[1]} failed so far", flush=True)

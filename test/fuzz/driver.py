@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from collections import Counter
@@ -22,6 +23,7 @@ class Options:
     ops: list[str] | None = None
     exclude: frozenset[str] = frozenset()
     shrink: bool = True
+    die_on: int | None = None  # the seed whose case kills its process (a test of the guard)
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Result:
 
 def run_case(seed: int, opts: Options) -> Result:
     """Generate the case of `seed`, run it, shrink a failure; exceptions of the fuzzer itself are failures too."""
+    if seed == opts.die_on:
+        os.kill(os.getpid(), signal.SIGSEGV)
     try:
         program = generate(seed, opts.device, opts.ops, opts.exclude)
     except Exception:  # noqa: BLE001 - a bug of the generator is reported, not hidden
@@ -125,7 +129,7 @@ def _crash_result(seed: int, opts: Options, kind: str, why: str) -> Result:
     """A case that killed its process, shrunk to the first value whose program alone kills a fresh one."""
     program = generate(seed, opts.device, opts.ops, opts.exclude)
     outputs = program.outputs
-    if kind == "crash" and opts.shrink:
+    if kind == "crash" and opts.shrink and seed != opts.die_on:
         ctx = mp.get_context("spawn")
         for step in program.steps:
             if step.out not in program.values and step is not program.steps[-1]:
