@@ -10,8 +10,9 @@ KNOWN_FAILURES: dict[str, str] = {
     "int-min-div": "INT_MIN // -1 and INT_MIN % -1 crash the process with SIGFPE",
     "narrow-int-wrap": "an int8/uint8/int16/uint16 result that overflows is not kept to its width when a later op "
     "reads it (uint8 << 7 cast to double gives 768): the dtype-width fix",
-    "var-nonfinite": "NEW (found by this fuzzer, no branch fixes it yet): the gradient of var/std over values with an "
-    "inf is NaN everywhere where PyTorch gives +-inf (2 (x - mean) / (N - 1))",
+    "var-extreme": "NEW (found by this fuzzer, no branch fixes it yet): var/std of values with an inf has a NaN "
+    "gradient everywhere (PyTorch: +-inf, its 2 (x - mean) / (N - 1)), and of values near the dtype's limit "
+    "(3e38 in float32) overflows to inf where PyTorch's is finite (1.3e38), its gradient then 0",
     "float-divmod-special": "NEW: float // and % are floor(x * (1 / y)) and x - that * y (tensor.py div), so "
     "x % +-inf is NaN (Python and PyTorch: x or +-inf), +-inf // y is +-inf (NaN), the gradient of x % 0 is NaN (1)",
     "float-divmod-rounding": "NEW: the same floor(x * (1 / y)) misses where x / y is (nearly) a whole number: "

@@ -352,7 +352,9 @@ def reduce(g: Gen, name: str) -> Spec | None:
         f = torch.var if name == "var" else torch.std
         if name == "std" and nd and _nearly_constant(a.ref, full):
             return None  # std's gradient there is 0/0: each side rounds (x - mean) / std its own way
-        feats = () if bool(torch.isfinite(a.ref).all()) else ("var-nonfinite",)
+        x = a.ref.detach().double()  # an inf, or a value whose square overflows the dtype (or nearly)
+        extreme = not bool(torch.isfinite(x).all()) or bool((x.abs() > torch.finfo(TORCH[d]).max ** 0.5 / 16).any())
+        feats = ("var-extreme",) if extreme else ()
         return Spec(code, (a.name,), lambda t: f(t, full, correction=corr, **kd) if nd else f(t, correction=corr),
                     features=feats)  # fmt: skip
     if name == "logsumexp":
