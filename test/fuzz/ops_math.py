@@ -116,10 +116,8 @@ def _broadcasts(s: tuple[int, ...], t: tuple[int, ...]) -> bool:
     return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(s), reversed(t)))
 
 
-def _carried_binary(f, da, db, dtype, scalar_side: int | None = None):
+def _carried_binary(f, da, db, dtype):
     """A binary op in the promoted carrier dtype: both sides cast to it first (PyTorch has no such op)."""
-    if scalar_side is not None:
-        return lambda t, s: f(*((cast(t, da, dtype), s) if scalar_side == 1 else (s, cast(t, da, dtype))), dtype)
     return lambda x, y: f(cast(x, da, dtype), cast(y, db, dtype), dtype)
 
 
@@ -156,12 +154,8 @@ def binary(g: Gen, name: str) -> Spec | None:
             return None
         if comparison:
             cmp = COMPARE[name][1]
-            key = (
-                (lambda x, d: order(x, d))
-                if name not in ("logical_and", "logical_or", "logical_xor")
-                else (lambda x, d: x)
-            )
-            f = lambda x, y, d: cmp(key(x, d), key(y, d))  # noqa: E731
+            logical = name in ("logical_and", "logical_or", "logical_xor")
+            f = lambda x, y, d: cmp(x, y) if logical else cmp(order(x, d), order(y, d))  # noqa: E731
             return Spec(code, (a.name, b.name), _carried_binary(f, a.dtype, b.dtype, dtype), needs_exact=True)
         if name == "div" or is_float(dtype):
             f = ARITH[name][1]
