@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .generator import generate
-from .runner import check, render, shrink
+from .known import KNOWN_FAILURES
+from .runner import Failure, check, render, shrink
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Result:
     message: str = ""
     reproducer: str = ""
     ops: list[str] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)  # the known failures (known.py) the failing values touch
 
 
 def run_case(seed: int, opts: Options) -> Result:
@@ -48,7 +50,8 @@ def run_case(seed: int, opts: Options) -> Result:
         if failure is not None and opts.shrink:
             failure = shrink(failure)
         if failure is not None:
-            return Result(seed, failure.kind, failure.message, failure.reproducer(), program.ops())
+            known = sorted(failure.touches() & set(KNOWN_FAILURES))
+            return Result(seed, failure.kind, failure.message, failure.reproducer(), program.ops(), known)
     except Exception:  # noqa: BLE001
         return Result(seed, "fuzzer-error:check", traceback.format_exc(limit=6), render(program, program.outputs, True))
     return Result(seed, None, ops=program.ops())
@@ -141,7 +144,9 @@ def _crash_result(seed: int, opts: Options, kind: str, why: str) -> Result:
                 outputs = [step.out]
                 break
     last = next((s.op for s in program.steps if s.out == outputs[-1]), "input")
-    return Result(seed, f"{kind}:{last}", why, render(program, outputs, outputs == program.outputs), program.ops())
+    failure = Failure(f"{kind}:{last}", why, program, outputs, outputs == program.outputs)
+    known = sorted(failure.touches() & set(KNOWN_FAILURES))
+    return Result(seed, failure.kind, why, failure.reproducer(), program.ops(), known)
 
 
 def _check_alone(seed: int, opts: Options, name: str) -> None:
@@ -150,16 +155,18 @@ def _check_alone(seed: int, opts: Options, name: str) -> None:
 
 
 def summary(results: list[Result], seconds: float) -> str:
-    """The closing note: counts, then each failure kind with its count and one reproducer (the shortest)."""
+    """The closing note: counts, then each failure kind with its count, the known failures its cases touch
+    (known.py), and one reproducer (the shortest)."""
     failed = [r for r in results if r.kind]
     kinds = Counter(r.kind for r in failed)
     lines = [f"{len(results)} cases, {len(results) - len(failed)} passed, {len(failed)} failed in {seconds:.0f} s"]
     for kind, n in kinds.most_common():
-        example = min((r for r in failed if r.kind == kind), key=lambda r: len(r.reproducer))
+        cases = [r for r in failed if r.kind == kind]
+        example = min(cases, key=lambda r: len(r.reproducer))
         first_line = example.message.strip().splitlines()[0][:400] if example.message.strip() else ""
-        seeds = [r.seed for r in failed if r.kind == kind][:10]
-        lines += ["", f"=== {kind}: {n} case(s); seeds {seeds}", f"--- seed {example.seed}: {first_line}",
-                  example.reproducer]  # fmt: skip
+        known = Counter(", ".join(r.known) or "none" for r in cases)
+        lines += ["", f"=== {kind}: {n} case(s); seeds {[r.seed for r in cases][:10]}; known: {dict(known)}",
+                  f"--- seed {example.seed}: {first_line}", example.reproducer]  # fmt: skip
     ops = Counter(op for r in results for op in r.ops)
     lines += ["", f"ops run: {len(ops)} kinds, {sum(ops.values())} steps"]
     return "\n".join(lines)

@@ -52,6 +52,7 @@ class Input:
     view: str  # glassgrad source appended to the leaf, e.g. ".permute(1, 0)"
     ref_view: Callable[[torch.Tensor], torch.Tensor]
     grad: bool
+    features: tuple[str, ...] = ()
 
 
 @dataclass
@@ -164,7 +165,8 @@ class Gen:
             values = np.array(self.np.uniform(0.1, 0.9), dtype=values.dtype)  # a value no constant of glassgrad's has
         stored, view, ref_view = _layout(layout, values, self.rng)
         name = f"x{len(self.program.inputs)}"
-        inp = Input(name, stored, dtype, view, ref_view, is_float(dtype))
+        const = not shape and is_float(dtype) and _round(float(values))
+        inp = Input(name, stored, dtype, view, ref_view, is_float(dtype), ("const-leaf",) if const else ())
         leaf = from_numpy(stored, dtype).requires_grad_(inp.grad)
         self.program.inputs.append(inp)
         v = Value(f"v{len(self.program.values)}", ref_view(leaf), dtype, True, RTOL.get(dtype, 0.0))

@@ -32,6 +32,13 @@ class Failure:
 
     leaves: list[str] | None = None
 
+    def touches(self) -> set[str]:
+        """The ops and features of the steps and inputs the failing values depend on."""
+        need = _needed(self.program, self.outputs)
+        steps = [s for s in self.program.steps if s.out in need]
+        inputs = [i for i in self.program.inputs if i.name in need]
+        return {s.op for s in steps} | {f for s in steps for f in s.features} | {f for i in inputs for f in i.features}
+
     def reproducer(self) -> str:
         return render(self.program, self.outputs, self.grads, self.message, self.leaves)
 
