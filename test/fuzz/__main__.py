@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", "-j", type=int, default=1, help="child processes side by side (each a share of the cases)")
     p.add_argument("--results", help="append each case's result to this file as a JSON line (kept if the run stops)")
     p.add_argument("--summarize", nargs="+", metavar="FILE", help="only print the summary of --results files")
+    p.add_argument("--rerun", metavar="FILE", help="run again the cases that failed in a --results file")
     p.add_argument("--list-ops", action="store_true")
     args = p.parse_args(argv)
     if args.list_ops:
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     exclude = frozenset(args.exclude) | (frozenset(KNOWN_FAILURES) if args.skip_known else frozenset())
     opts = Options(args.device, args.ops, exclude, not args.no_shrink)
     seeds = list(range(args.seed, args.seed + args.cases))
+    if args.rerun:
+        seeds = sorted({r["seed"] for line in open(args.rerun) if line.strip() and (r := json.loads(line))["kind"]})
     done = [0, 0]
     lock = threading.Lock()
     out = open(args.results, "a") if args.results else None
