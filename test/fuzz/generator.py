@@ -45,6 +45,7 @@ def generate(seed: int, device: str | None = None, ops: list[str] | None = None,
         if spec is not None:
             run_step(g, op, spec)
     prog = g.program
+    prog.finite_grads_only = "nonfinite-grad" in exclude
     if prog.expect_error:
         prog.outputs = [prog.steps[-1].out]
     else:

@@ -325,10 +325,10 @@ def reduce(g: Gen, name: str) -> Spec | None:
         acc = _accumulated(d)
         f = {"sum": lambda t: t.sum(full, **kd) if nd else t, "prod": lambda t: _prod(t, full, keepdim),
              "cumsum": lambda t: t.cumsum(dims or 0) if nd else t}[name]  # fmt: skip
-        ref = lambda t: cast(
-            f(cast(t, d, dtypes.int64 if is_int(acc) else acc)), dtypes.int64 if is_int(acc) else acc, acc
-        )  # noqa: E731
-        return Spec(code, (a.name,), ref, acc, keeps_exact=not is_float(d))
+        wide = dtypes.int64 if is_int(acc) else acc  # ints accumulate in int64 and wrap to acc's width at the end
+        ref = lambda t: cast(f(cast(t, d, wide)), wide, acc)  # noqa: E731
+        feats = ("prod-zero-overflow",) if name == "prod" and is_float(d) and _zero_and_overflow(a.ref, d) else ()
+        return Spec(code, (a.name,), ref, acc, keeps_exact=not is_float(d), features=feats)
     if name in ("max", "min"):
         if 0 in [a.shape[i] for i in (full if isinstance(full, tuple) else (full,))]:
             return None  # glassgrad raises ValueError where PyTorch raises IndexError: both refuse
@@ -370,6 +370,15 @@ def _nearly_constant(t: torch.Tensor, axes) -> bool:
         return False
     var = x.var(axes, correction=0)
     return bool((var <= 1e-6 * (x.square().mean(axes) + 1e-30)).any())
+
+
+def _zero_and_overflow(t: torch.Tensor, d) -> bool:
+    """Values with a zero whose other values' product is not finite in d (an inf, a NaN, or an overflow)."""
+    x = t.detach().double().reshape(-1)
+    if not bool((x == 0).any()):
+        return False
+    rest = x[x != 0].abs()
+    return not bool(torch.isfinite(rest).all()) or float(rest.log2().sum()) >= math.log2(torch.finfo(TORCH[d]).max)
 
 
 def _prod(t: torch.Tensor, axes, keepdim: bool) -> torch.Tensor:

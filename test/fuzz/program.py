@@ -67,6 +67,7 @@ class Spec:
     needs_exact: bool = False  # discontinuous (floor, comparisons, argmax, float -> int): reads exact values only
     errors: tuple[type[BaseException], ...] = ()  # errors of PyTorch that glassgrad must raise too (then the step ends)
     features: tuple[str, ...] = ()
+    tol: float = 0.0  # the least relative tolerance of the result (an op documented less accurate than its dtype)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Program:
     steps: list[Step] = field(default_factory=list)
     values: dict[str, Value] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
+    finite_grads_only: bool = False  # check gradients only where every value they pass through is finite
 
     @property
     def expect_error(self) -> str | None:
@@ -190,7 +192,7 @@ class Gen:
 
 def _round(x: float) -> bool:
     """A value glassgrad's own constants may have (0, 1, 0.5, inf, ...): a 0-d leaf of it is that interned CONST."""
-    return not math.isfinite(x) or (2 * x).is_integer()
+    return not math.isfinite(x) or (abs(x) <= 1024 and (2 * x).is_integer())
 
 
 def _layout(layout: str, values: np.ndarray, rng: random.Random):
@@ -254,7 +256,7 @@ def run_step(gen: Gen, op: str, spec: Spec) -> bool:
         out = wrap(out, dtype)
     exact = not is_float(dtype) or (spec.keeps_exact and all(v.exact for v in operands))
     name = gen.new_name()
-    tol = max([v.tol for v in operands] + [RTOL.get(dtype, 0.0)])
+    tol = max([v.tol for v in operands] + [RTOL.get(dtype, 0.0), spec.tol])
     prog.values[name] = Value(name, out, dtype, exact, tol)
     prog.steps.append(Step(name, op, spec.code, spec.args, spec.ref, spec.dtype, features=features))
     return True

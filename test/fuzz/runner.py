@@ -37,7 +37,8 @@ class Failure:
         need = _needed(self.program, self.outputs)
         steps = [s for s in self.program.steps if s.out in need]
         inputs = [i for i in self.program.inputs if i.name in need]
-        return {s.op for s in steps} | {f for s in steps for f in s.features} | {f for i in inputs for f in i.features}
+        found = {s.op for s in steps} | {f for s in steps for f in s.features} | {f for i in inputs for f in i.features}
+        return found | ({"nonfinite-grad"} if self.grads and not _finite(self.program, need) else set())
 
     def reproducer(self) -> str:
         return render(self.program, self.outputs, self.grads, self.message, self.leaves)
@@ -164,6 +165,8 @@ def _check_grads(program: Program, outputs: list[str], ns: dict) -> Failure | No
     leaves = [i for i in program.inputs if i.grad and i.name in _needed(program, outputs)]
     if not gouts or not leaves:
         return None
+    if program.finite_grads_only and not _finite(program, _needed(program, outputs)):
+        return None  # a known failure (known.py: nonfinite-grad) this run leaves out
     tleaves = [program.values[n].leaf for n, v in program.values.items() if hasattr(v, "leaf")]
     names = {i.name for i in leaves}
     tleaves = [t for t, i in zip(tleaves, program.inputs) if i.name in names]
@@ -197,6 +200,12 @@ def _check_grads(program: Program, outputs: list[str], ns: dict) -> Failure | No
             f.leaves = [i.name for i in leaves]
             return f
     return None
+
+
+def _finite(program: Program, names: set[str]) -> bool:
+    """Every float value of `names` is finite."""
+    values = [v for n, v in program.values.items() if n in names and is_float(v.dtype)]
+    return all(bool(torch.isfinite(v.ref).all()) for v in values)
 
 
 def _op_of(program: Program, name: str) -> str:
