@@ -198,6 +198,8 @@ def advanced(g: Gen, _n: str) -> Spec | None:
     n = a.shape[dim]
     shape = g.shape(g.rng.choice((1, 1, 2)))
     oob = g.rng.random() < 0.1  # now and then an index out of range: glassgrad must raise IndexError as PyTorch
+    if oob and 0 in a.shape:
+        return None  # PyTorch checks no index into an empty tensor (glassgrad does: both fine)
     hi = n + 2 if oob or n == 0 else n
     values = [g.rng.randint(-hi, hi - 1) if hi else 0 for _ in range(math.prod(shape))]
     code_idx = _index_code(g, values, shape)
@@ -232,6 +234,8 @@ def gather(g: Gen, _n: str) -> Spec | None:
     )
     n = a.shape[dim]
     oob = g.rng.random() < 0.1 or n == 0
+    if oob and 0 in a.shape:
+        return None  # PyTorch checks no index into an empty tensor (glassgrad does: both fine)
     values = [g.rng.randint(0, n + 1 if oob else n - 1) for _ in range(math.prod(shape))]
     idx = torch.tensor(values, dtype=torch.int64).reshape(shape)
     code = f"{a.name}.gather({_neg(g, dim, nd)}, {_index_code(g, values, shape)})"
