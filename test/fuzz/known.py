@@ -18,6 +18,8 @@ KNOWN_FAILURES: dict[str, str] = {
     "float-divmod-rounding": "NEW: the same x * (1 / y) is rounded to the dtype before the floor, so x // y is off "
     "by one where x / y is within a rounding of a whole number (bfloat16 2.71875 // 0.38867 is 7, PyTorch 6), and "
     "x % y loses |x / y| roundings of y (float16 253 % -0.44 is -0.25, PyTorch -0.2065); PyTorch divides exactly",
+    "const-leaf": "NEW: Tensor(2.0, requires_grad=True) is the interned CONST 2.0, so its gradient collects the "
+    "gradient of every other 2.0 in the graph: (x * 2.0 + c).sum().gradient(c) is 5.0 for x = [1., 2.] (PyTorch 2.0)",
     "nonfinite-grad": "gradients through values holding inf or NaN: ops whose derivative is 0 there (floor, the "
     "side of maximum/minimum not taken, a masked or zeroed branch, prod with zeros) give 0 * inf = NaN where PyTorch "
     "gives 0 (the gradient of max through a matmul, issue 17): the autograd fix; the CI checks gradients only of "
