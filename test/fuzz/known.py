@@ -3,6 +3,10 @@
 entries and the CI test covers them again. Names are op names (`python -m test.fuzz --list-ops`) or the features
 that program.run_step and the op builders name."""
 
+# the corners of programs that the generator and runner name (a step's or an input's features)
+FEATURES = ("index-oob", "int-div-zero", "int-min-div", "narrow-int-wrap", "var-extreme", "float-divmod-special",
+            "float-divmod-rounding", "const-leaf", "nonfinite-grad", "prod-zero-overflow")  # fmt: skip
+
 KNOWN_FAILURES: dict[str, str] = {
     # features: the step is generated only where it is not excluded
     "index-oob": "an index out of range (x[t], gather) gives zeros instead of IndexError: the device-side error flag",
