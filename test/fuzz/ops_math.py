@@ -46,6 +46,16 @@ ROUNDING = {"floor": "floor()", "ceil": "ceil()", "round": "round()", "trunc": "
 PREDICATES = {"isnan": "isnan()", "isinf": "isinf()", "isfinite": "isfinite()", "logical_not": "logical_not()"}
 
 
+POLES = ("log", "log2", "rsqrt", "reciprocal")  # unary ops that blow up at 0
+
+
+def _near_zero(v: Value) -> bool:
+    """A computed float value with an element within rounding of 0 (where 1 / x turns on its last bits)."""
+    if v.exact or not is_float(v.dtype):
+        return False
+    return bool((v.ref.detach().double().abs() < 1e-6).any())
+
+
 def _float_math(v: Value, f):
     """A float op on any dtype: ints and bools become float32 first (as PyTorch's exp(int) is float32)."""
     if is_float(v.dtype) or v.dtype not in CARRIED:
@@ -62,6 +72,8 @@ def unary(g: Gen, name: str) -> Spec | None:
         return None
     d = v.dtype
     if name in UNARY:
+        if name in POLES and _near_zero(v):
+            return None  # 1 / x of a computed x near 0: the sign of a rounded-away zero decides +-inf
         if name in ("sin", "cos", "tan") and not v.exact and bool((v.ref.detach().double().abs() > 8).any()):
             return None  # far from 0 a rounding of the argument moves the result by as much: exact inputs only there
         tol = 2e-6 if name == "erf" else 0.0  # erf is "within 2e-7 of float32's erf" (docs), for float64 too
@@ -153,10 +165,14 @@ def binary(g: Gen, name: str) -> Spec | None:
             s = 3
         # only an operator takes the scalar on its left (a method needs a tensor there)
         reverse = g.rng.random() < 0.4 and source.startswith("{a} ") and not (int_div or name == "pow")
+        if _near_zero(a) and ((name == "div" and reverse) or (name == "pow" and s < 0)):
+            return None  # s / x and x ** -s of a computed x near 0: the sign of a rounded-away zero decides +-inf
         return _scalar_spec(a, s, source, name, reverse)
     b = _broadcast_partner(g, a, kinds, nonzero)
     if name == "pow" and not is_float(b.dtype):
         return None
+    if name == "div" and _near_zero(b):
+        return None  # x / y of a computed y near 0: the sign of a rounded-away zero decides +-inf
     code = source.format(a=a.name, b=b.name)
     comparison = name in COMPARE
     discontinuous = comparison or (name in INT_DIV and (is_float(a.dtype) or is_float(b.dtype)))
