@@ -119,6 +119,7 @@ COMPARE = {
     "logical_xor": ("{a}.logical_xor({b})", torch.logical_xor),
 }  # fmt: skip
 BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor")
+LOGICAL = ("logical_and", "logical_or", "logical_xor")
 INT_DIV = ("floordiv", "mod")
 
 
@@ -182,8 +183,7 @@ def binary(g: Gen, name: str) -> Spec | None:
             return None
         if comparison:
             cmp = COMPARE[name][1]
-            logical = name in ("logical_and", "logical_or", "logical_xor")
-            f = lambda x, y, d: cmp(x, y) if logical else cmp(order(x, d), order(y, d))  # noqa: E731
+            f = lambda x, y, d: cmp(x, y) if name in LOGICAL else cmp(order(x, d), order(y, d))  # noqa: E731
             return Spec(code, (a.name, b.name), _carried_binary(f, a.dtype, b.dtype, dtype), needs_exact=True)
         if name == "div" or is_float(dtype):
             f = ARITH[name][1]
@@ -248,6 +248,8 @@ def _scalar_spec(a: Value, s, source: str, name: str, reverse: bool) -> Spec:
         fl = dtype if is_float(dtype) else dtypes.float32 if name == "div" or isinstance(s, float) else None
         if fl is not None:  # the scalar's kind (or true division) lifts both sides to a float
             st, conv = torch.tensor(s, dtype=TORCH[fl]), lambda t: cast(t, a.dtype, fl)
+        elif name in LOGICAL:  # truth values: nonzero either way, no order key (it makes 0 nonzero)
+            st, conv = _carrier_scalar(int(s), a.dtype), lambda t: t
         else:  # the scalar wraps to a's width, as glassgrad's truncate and C convert it; order keys compare
             st, conv = order(_carrier_scalar(int(s), a.dtype), a.dtype), lambda t: order(t, a.dtype)
         if comparison or fl is not None:
