@@ -4,6 +4,7 @@ fresh child goes on with the next."""
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
@@ -16,6 +17,9 @@ from dataclasses import dataclass, field
 from .generator import generate
 from .known import KNOWN_FAILURES
 from .runner import Failure, check, render, shrink
+
+
+HANG_SECONDS = 300  # a case with no answer after this long is a hang (cases take about a second)
 
 
 @dataclass
@@ -75,12 +79,17 @@ def _child(conn, seeds, opts: Options) -> None:
     torch.set_num_threads(1)
     for seed in seeds:
         conn.send(("start", seed))
-        conn.send(("done", run_case(seed, opts)))
+        # a case that hangs prints every thread's stack (to stderr) before the parent gives up on it
+        faulthandler.dump_traceback_later(HANG_SECONDS - 20)
+        result = run_case(seed, opts)
+        faulthandler.cancel_dump_traceback_later()
+        conn.send(("done", result))
     conn.send(("end", None))
 
 
-def run_guarded(seeds: list[int], opts: Options, report=None, timeout: float = 300.0) -> list[Result]:
+def run_guarded(seeds: list[int], opts: Options, report=None, timeout: float | None = None) -> list[Result]:
     """The cases in child processes; a child that dies or hangs fails the case it was on, and the rest go on."""
+    timeout = timeout or HANG_SECONDS
     ctx = mp.get_context("spawn")
     results: list[Result] = []
     todo = list(seeds)
