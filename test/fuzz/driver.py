@@ -18,7 +18,6 @@ from .generator import generate
 from .known import KNOWN_FAILURES
 from .runner import Failure, check, render, shrink
 
-
 HANG_SECONDS = 300  # a case with no answer after this long is a hang (cases take about a second)
 
 
