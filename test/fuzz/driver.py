@@ -19,6 +19,9 @@ from .known import KNOWN_FAILURES
 from .runner import Failure, check, render, shrink
 
 HANG_SECONDS = 300  # a case with no answer after this long is a hang (cases take about a second)
+# a fresh child after this many cases: each compiled kernel stays loaded (a shared library mapped into the process),
+# and a process that loaded ~50,000 failed with "cannot apply additional memory protection after relocation"
+CASES_PER_CHILD = 1000
 
 
 @dataclass
@@ -76,7 +79,7 @@ def _child(conn, seeds, opts: Options) -> None:
     import torch
 
     torch.set_num_threads(1)
-    for seed in seeds:
+    for seed in seeds[:CASES_PER_CHILD]:
         conn.send(("start", seed))
         # a case that hangs prints every thread's stack (to stderr) before the parent gives up on it
         faulthandler.dump_traceback_later(HANG_SECONDS - 20)
@@ -119,8 +122,9 @@ def run_guarded(seeds: list[int], opts: Options, report=None, timeout: float | N
                     report(payload)
             else:
                 proc.join()
-                return results
-        if current is None:
+                kind = None
+                break
+        if current is None or kind is None:
             continue
         results.append(_crash_result(current, opts, kind, why))
         todo.remove(current)
