@@ -14,7 +14,7 @@ from glassgrad.codegen import get_program
 from glassgrad.codegen.heuristics import GROUPED_ROWS, WINDOW_ACCUMULATORS, _accesses
 from glassgrad.codegen.opt import main_reduce
 from glassgrad.helpers import prod
-from glassgrad.mixin import nn
+from glassgrad.mixin import conv as nn
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.uop.ops import Ops
 from helpers import gpu_opts, needs_gpu

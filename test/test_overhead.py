@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-import glassgrad.mixin.nn as nn_mixin
+import glassgrad.mixin.conv as nn_mixin
 from glassgrad import Tensor
 from glassgrad.uop.ops import GroupOp
 

@@ -4,12 +4,22 @@ Each mixin builds only on Tensor's core methods (elementwise ops, reductions, mo
 gradient comes from the primitive ops it is made of.
 """
 
+from glassgrad.mixin.attention import AttentionMixin
 from glassgrad.mixin.autograd import AutogradMixin
-from glassgrad.mixin.indexing import IndexingMixin
+from glassgrad.mixin.conv import ConvMixin
+from glassgrad.mixin.elementwise import ElementwiseMixin
+from glassgrad.mixin.gather import GatherMixin
+from glassgrad.mixin.index import IndexMixin
+from glassgrad.mixin.join import JoinMixin
 from glassgrad.mixin.linalg import LinalgMixin
+from glassgrad.mixin.loss import LossMixin
 from glassgrad.mixin.math import MathMixin
-from glassgrad.mixin.nn import NNMixin
+from glassgrad.mixin.movement import MovementMixin
+from glassgrad.mixin.norm import NormMixin
+from glassgrad.mixin.pool import PoolMixin
 from glassgrad.mixin.random import RandomMixin
 from glassgrad.mixin.reduce import ReduceMixin
 
-__all__ = ["AutogradMixin", "IndexingMixin", "LinalgMixin", "MathMixin", "NNMixin", "RandomMixin", "ReduceMixin"]
+__all__ = ["AttentionMixin", "AutogradMixin", "ConvMixin", "ElementwiseMixin", "GatherMixin", "IndexMixin",
+           "JoinMixin", "LinalgMixin", "LossMixin", "MathMixin", "MovementMixin", "NormMixin", "PoolMixin",
+           "RandomMixin", "ReduceMixin"]  # fmt: skip

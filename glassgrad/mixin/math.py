@@ -429,37 +429,6 @@ class MathMixin:
         """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
         return -(-self).softplus()
 
-    # ---- logic ----
-
-    def logical_and(self: Tensor, other: Tensor | bool) -> Tensor:
-        """Elementwise `and` of truth values (nonzero is true); gives bool."""
-        x, y = _truth_values(self, other, "logical_and")
-        return x & y
-
-    def logical_or(self: Tensor, other: Tensor | bool) -> Tensor:
-        """Elementwise `or` of truth values (nonzero is true); gives bool."""
-        x, y = _truth_values(self, other, "logical_or")
-        return x | y
-
-    def logical_xor(self: Tensor, other: Tensor | bool) -> Tensor:
-        """Elementwise `xor` of truth values (nonzero is true); gives bool."""
-        x, y = _truth_values(self, other, "logical_xor")
-        return x ^ y
-
-    def __ge__(self: Tensor, other: Any) -> Tensor:
-        """Elementwise >= (False where either side is NaN)."""
-        x, y = self._binary_operands(other, ">=")
-        if dtypes.is_float(x.dtype):  # not (x < y) would be true for NaN
-            return (y < x) | x.eq(y)
-        return (x < y).logical_not()
-
-    def __le__(self: Tensor, other: Any) -> Tensor:
-        """Elementwise <= (False where either side is NaN)."""
-        x, y = self._binary_operands(other, "<=")
-        if dtypes.is_float(x.dtype):
-            return (x < y) | x.eq(y)
-        return (y < x).logical_not()
-
 
 # ---- helpers for the functions above ----
 
@@ -504,13 +473,3 @@ def _round_half_even(x: Tensor) -> Tensor:
     away = (x < 0).where(t - 1, t + 1)
     t_is_odd = (t * 0.5).trunc().ne(t * 0.5)
     return ((distance > 0.5) | (distance.eq(0.5) & t_is_odd)).where(away, t)
-
-
-def _truth_values(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
-    from glassgrad.tensor import Tensor
-
-    if not isinstance(other, Tensor):
-        if not isinstance(other, (bool, int, float)):
-            raise TypeError(f"{op}: other must be a Tensor or a Python scalar, got {type(other).__name__}")
-        other = Tensor(bool(other), device=x.device)
-    return x.cast(dtypes.bool), other.cast(dtypes.bool)

@@ -8,12 +8,13 @@ PyTorch returns int64.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod as product
-from glassgrad.uop.ops import Ops
+from glassgrad.schedule.split_reduce import split_reduce
+from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -150,6 +151,26 @@ def _pad_last(x: Tensor, before: int, after: int, value) -> Tensor:
 
 class ReduceMixin:
     """Reductions: sums and products, statistics, arg-reductions, cumulative ops, softmax, sorting."""
+
+    # ---- the primitive: one REDUCE_AXIS node ----
+
+    def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> Tensor:
+        """One REDUCE_AXIS node over `axes`, kept as size-1 dims."""
+        from glassgrad.tensor import Tensor
+
+        return Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self)
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
+        axes = tuple(range(self.ndim)) if axis is None else tuple(
+            self._axis(a, name) for a in ((axis,) if isinstance(axis, int) else axis))  # fmt: skip
+        axes = tuple(sorted(set(a for a in axes if self.ndim)))
+        if axes and (split := split_reduce(self, op, axes)) is not None:  # a long reduction on a GPU: two kernels
+            reduced = split
+        else:
+            reduced = self._reduce_axis(op, axes) if axes else self
+        if keepdim or not axes:
+            return reduced
+        return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     # ---- sums, products, extremes, means ----
 

@@ -1,0 +1,374 @@
+"""Tensor methods for elementwise ops on the primitives: casts, arithmetic, comparisons, logic, bits, operators."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from glassgrad.dtype import (
+    DType,
+    dtypes,
+    promote_types,
+    result_type_with_scalar,
+    to_dtype,
+)
+from glassgrad.tensor_math import int_quotient
+from glassgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from glassgrad.tensor import Tensor
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
+    """NumPy broadcasting: align from the right; sizes must match or be 1."""
+    n = max(len(a), len(b))
+    a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for i, (x, y) in enumerate(zip(a2, b2)):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
+                             "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+class ElementwiseMixin:
+    """Tensor methods for elementwise arithmetic, comparisons, logic and bits."""
+
+    def _binary_operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands as tensors of one dtype and one broadcast shape."""
+        from glassgrad.tensor import Tensor
+
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise ValueError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
+                                 "move one with .to()")  # fmt: skip
+            dtype = promote_types(self.dtype, other.dtype)
+        elif isinstance(other, (bool, int, float)):
+            dtype = result_type_with_scalar(self.dtype, other)
+            other = Tensor(other, device=self.device, dtype=dtype)
+        else:
+            raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
+        x, y = (other, self) if reverse else (self, other)
+        shape = _broadcast_shape(x.shape, y.shape, op)
+        return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
+
+    def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+        from glassgrad.tensor import Tensor
+
+        return Tensor._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        """The values converted to another dtype."""
+        from glassgrad.tensor import Tensor, _check_device_holds
+
+        dtype = to_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        _check_device_holds(self.device, dtype)
+        return Tensor._derived(UOp(Ops.CAST, dtype, (self.uop,)), self)
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bytes read as another dtype of the same size."""
+        from glassgrad.tensor import Tensor
+
+        dtype = to_dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
+                             f"{dtype.itemsize} bytes)")  # fmt: skip
+        return self if dtype == self.dtype else Tensor(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+    def float(self) -> Tensor:
+        """This tensor as float32."""
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        """This tensor as float16."""
+        return self.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        """This tensor as float64."""
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        """This tensor as int32."""
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        """This tensor as int64."""
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        """This tensor as bool (nonzero is True)."""
+        return self.cast(dtypes.bool)
+
+    def bfloat16(self) -> Tensor:
+        """This tensor as bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def _float_input(self) -> Tensor:
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+
+    def add(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise sum, with broadcasting."""
+        x, y = self._binary_operands(other, "add", reverse)
+        return x._alu(Ops.ADD, y)
+
+    def sub(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise difference."""
+        x, y = self._binary_operands(other, "sub", reverse)
+        if x.dtype == dtypes.bool:
+            raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+        return x._alu(Ops.ADD, y.neg())
+
+    def mul(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise product."""
+        x, y = self._binary_operands(other, "mul", reverse)
+        return x._alu(Ops.MUL, y)
+
+    def div(self, other: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """Elementwise true division (ints become floats); rounding_mode 'trunc' or 'floor' as in PyTorch."""
+        x, y = self._binary_operands(other, "div", reverse)
+        if rounding_mode is None:
+            x, y = x._float_input(), y._float_input()
+            return x._alu(Ops.MUL, y._alu(Ops.RECIP))
+        if dtypes.is_int(x.dtype):
+            return int_quotient(x, y, rounding_mode, "div")
+        quotient = x._alu(Ops.MUL, y._alu(Ops.RECIP))
+        return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+
+    def idiv(self, other: Any, reverse: bool = False) -> Tensor:
+        """Integer division truncating toward zero (C semantics)."""
+        x, y = self._binary_operands(other, "idiv", reverse)
+        return int_quotient(x, y, "trunc", "idiv")
+
+    def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
+        """Elementwise division rounded down (Python's //)."""
+        x, y = self._binary_operands(other, "floordiv", reverse)
+        return int_quotient(x, y, "floor", "floordiv") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
+
+    def mod(self, other: Any, reverse: bool = False) -> Tensor:
+        """Remainder with the sign of the divisor, as Python's % and torch.remainder."""
+        x, y = self._binary_operands(other, "mod", reverse)
+        q = int_quotient(x, y, "floor", "mod") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
+        return x - q * y
+
+    def neg(self) -> Tensor:
+        """Elementwise negation (logical not for bool)."""
+        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
+
+    def maximum(self, other: Any) -> Tensor:
+        """Elementwise maximum (NaN if either is NaN)."""
+        x, y = self._binary_operands(other, "maximum")
+        return x._alu(Ops.MAX, y)
+
+    def minimum(self, other: Any) -> Tensor:
+        """Elementwise minimum (NaN if either is NaN)."""
+        x, y = self._binary_operands(other, "minimum")
+        return x._inverted()._alu(Ops.MAX, y._inverted())._inverted()
+
+    def _inverted(self) -> Tensor:
+        """An order-reversing map that is its own inverse: -x for floats, ~x for integers, not for bools."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self.neg() if dtypes.is_float(self.dtype) else self.bitwise_not()
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """x where this (a condition) is true, else y."""
+        from glassgrad.tensor import Tensor
+
+        cond = self if self.dtype == dtypes.bool else self.ne(0)
+        if not isinstance(x, Tensor):  # a Python scalar takes the other side's dtype unless it lifts the kind
+            dtype = result_type_with_scalar(y.dtype, x) if isinstance(y, Tensor) else None
+            x = Tensor(x, device=self.device, dtype=dtype)
+        x, y = x._binary_operands(y, "where")
+        shape = _broadcast_shape(cond.shape, x.shape, "where")
+        cond, x, y = (t._broadcast_to(shape, "where") for t in (cond, x, y))
+        return cond._alu(Ops.WHERE, x, y)
+
+    # comparisons
+
+    def __lt__(self, other: Any) -> Tensor:
+        x, y = self._binary_operands(other, "<")
+        return x._alu(Ops.CMPLT, y)
+
+    def __gt__(self, other: Any) -> Tensor:
+        x, y = self._binary_operands(other, ">", reverse=True)
+        return x._alu(Ops.CMPLT, y)
+
+    def ne(self, other: Any) -> Tensor:
+        """Elementwise !=."""
+        x, y = self._binary_operands(other, "!=")
+        return x._alu(Ops.CMPNE, y)
+
+    def eq(self, other: Any) -> Tensor:
+        """Elementwise ==."""
+        return self.ne(other).logical_not()
+
+    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self.eq(other)
+
+    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return self.ne(other)
+
+    # logic and bits
+
+    def logical_not(self) -> Tensor:
+        """True where the value is false (zero)."""
+        return self.ne(True) if self.dtype == dtypes.bool else self.eq(0)
+
+    def _bitwise(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+        x, y = self._binary_operands(other, name, reverse)
+        if dtypes.is_float(x.dtype):
+            raise TypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
+        return x._alu(op, y)
+
+    def bitwise_and(self, other: Any) -> Tensor:
+        """Elementwise & of bools or integers."""
+        return self._bitwise(Ops.AND, other, "&")
+
+    def bitwise_or(self, other: Any) -> Tensor:
+        """Elementwise | of bools or integers."""
+        return self._bitwise(Ops.OR, other, "|")
+
+    def bitwise_xor(self, other: Any) -> Tensor:
+        """Elementwise ^ of bools or integers."""
+        return self._bitwise(Ops.XOR, other, "^")
+
+    def bitwise_not(self) -> Tensor:
+        """~x: logical not for bools, all bits flipped for integers."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype), "~")
+
+    def lshift(self, bits: Any) -> Tensor:
+        """Shift integer elements left by `bits`."""
+        return self._bitwise(Ops.SHL, bits, "<<")
+
+    def rshift(self, bits: Any) -> Tensor:
+        """Shift integer elements right by `bits`."""
+        return self._bitwise(Ops.SHR, bits, ">>")
+
+    def logical_and(self: Tensor, other: Tensor | bool) -> Tensor:
+        """Elementwise `and` of truth values (nonzero is true); gives bool."""
+        x, y = _truth_values(self, other, "logical_and")
+        return x & y
+
+    def logical_or(self: Tensor, other: Tensor | bool) -> Tensor:
+        """Elementwise `or` of truth values (nonzero is true); gives bool."""
+        x, y = _truth_values(self, other, "logical_or")
+        return x | y
+
+    def logical_xor(self: Tensor, other: Tensor | bool) -> Tensor:
+        """Elementwise `xor` of truth values (nonzero is true); gives bool."""
+        x, y = _truth_values(self, other, "logical_xor")
+        return x ^ y
+
+    def __ge__(self: Tensor, other: Any) -> Tensor:
+        """Elementwise >= (False where either side is NaN)."""
+        x, y = self._binary_operands(other, ">=")
+        if dtypes.is_float(x.dtype):  # not (x < y) would be true for NaN
+            return (y < x) | x.eq(y)
+        return (x < y).logical_not()
+
+    def __le__(self: Tensor, other: Any) -> Tensor:
+        """Elementwise <= (False where either side is NaN)."""
+        x, y = self._binary_operands(other, "<=")
+        if dtypes.is_float(x.dtype):
+            return (x < y) | x.eq(y)
+        return (y < x).logical_not()
+
+    # ---- Python operators ----
+
+    def __neg__(self):
+        return self.neg()
+
+    def __add__(self, x):
+        return self.add(x)
+
+    def __radd__(self, x):
+        return self.add(x, True)
+
+    def __sub__(self, x):
+        return self.sub(x)
+
+    def __rsub__(self, x):
+        return self.sub(x, True)
+
+    def __mul__(self, x):
+        return self.mul(x)
+
+    def __rmul__(self, x):
+        return self.mul(x, True)
+
+    def __truediv__(self, x):
+        return self.div(x)
+
+    def __rtruediv__(self, x):
+        return self.div(x, True)
+
+    def __floordiv__(self, x):
+        return self.floordiv(x)
+
+    def __rfloordiv__(self, x):
+        return self.floordiv(x, True)
+
+    def __mod__(self, x):
+        return self.mod(x)
+
+    def __rmod__(self, x):
+        return self.mod(x, True)
+
+    def __pow__(self, x):
+        return self.pow(x)
+
+    def __rpow__(self, x):
+        return self.pow(x, True)
+
+    def __and__(self, x):
+        return self.bitwise_and(x)
+
+    def __rand__(self, x):
+        return self._bitwise(Ops.AND, x, "&", True)
+
+    def __or__(self, x):
+        return self.bitwise_or(x)
+
+    def __ror__(self, x):
+        return self._bitwise(Ops.OR, x, "|", True)
+
+    def __xor__(self, x):
+        return self.bitwise_xor(x)
+
+    def __rxor__(self, x):
+        return self._bitwise(Ops.XOR, x, "^", True)
+
+    def __invert__(self):
+        return self.bitwise_not()
+
+    def __lshift__(self, x):
+        return self.lshift(x)
+
+    def __rshift__(self, x):
+        return self.rshift(x)
+
+    def __iadd__(self, x):
+        return self.assign(self + x)
+
+    def __isub__(self, x):
+        return self.assign(self - x)
+
+    def __imul__(self, x):
+        return self.assign(self * x)
+
+    def __itruediv__(self, x):
+        return self.assign(self / x)
+
+
+def _truth_values(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
+    from glassgrad.tensor import Tensor
+
+    if not isinstance(other, Tensor):
+        if not isinstance(other, (bool, int, float)):
+            raise TypeError(f"{op}: other must be a Tensor or a Python scalar, got {type(other).__name__}")
+        other = Tensor(bool(other), device=x.device)
+    return x.cast(dtypes.bool), other.cast(dtypes.bool)

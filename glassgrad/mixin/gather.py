@@ -1,0 +1,164 @@
+"""Tensor methods that read or write by index tensors: gather, scatter, scatter_reduce, masked_fill, one_hot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from glassgrad.dtype import dtypes
+from glassgrad.mixin.index import _inverse
+from glassgrad.mixin.small_tensors import _arange, _full_like_scalar, _masked_sum
+from glassgrad.tensor_checks import checked_index, out_of_bounds
+
+if TYPE_CHECKING:
+    from glassgrad.tensor import Tensor
+
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _check_index_tensor(index: Any, op: str, what: str) -> None:
+    from glassgrad.tensor import Tensor
+
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{op}: {what} must be a Tensor, got {type(index).__name__}")
+    if not dtypes.is_int(index.dtype):
+        raise TypeError(f"{op}: {what} must be an integer tensor, got {index.dtype}")
+
+
+def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tensor:
+    """Check a scatter's arguments; the part of src that index covers (a number fills index's shape)."""
+    from glassgrad.tensor import Tensor
+
+    _check_index_tensor(index, op, "index")
+    if index.ndim != t.ndim:
+        raise ValueError(f"{op}: index has {index.ndim} dimensions but the tensor has {t.ndim}; they must match")
+    for d, (i, s) in enumerate(zip(index.shape, t.shape, strict=True)):
+        if d != dim and i > s:
+            raise ValueError(f"{op}: index has shape {index.shape} but the tensor has {t.shape}; index can't be "
+                             f"bigger in dimension {d} (other than dim={dim})")  # fmt: skip
+    if not isinstance(src, Tensor):
+        return Tensor.full(index.shape, src, dtype=t.dtype, device=t.device)
+    if src.dtype != t.dtype:
+        raise TypeError(f"{op}: src has dtype {src.dtype} but the tensor has {t.dtype}; they must match")
+    if src.ndim != t.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
+        raise ValueError(f"{op}: src has shape {src.shape} but index has {index.shape}; src needs as many dims and "
+                         "at least index's size in each")  # fmt: skip
+    return src.shrink(tuple((0, i) for i in index.shape))
+
+
+class _ScatterParts:
+    """A scatter along `dim` lined up with dim last: mask[..., i, p] says that src[..., i] goes to place p."""
+
+    def __init__(self, t: Tensor, dim: int, index: Tensor, src: Tensor, op: str):
+        self.order = [d for d in range(t.ndim) if d != dim] + [dim]
+        self.target = t.permute(self.order)
+        index = checked_index(index, t.shape[dim], out_of_bounds(op, dim, t.shape[dim]))
+        mask = index.permute(self.order).unsqueeze(-1) == _arange(t.shape[dim], t.device)
+        # index may be smaller than the tensor in the other dims: the places it does not reach get nothing
+        grow = tuple((0, full - part) for part, full in zip(mask.shape[:-2], self.target.shape[:-1], strict=True))
+        self.mask = mask.pad(grow + ((0, 0), (0, 0)))
+        self.src = src.permute(self.order).unsqueeze(-1).pad(grow + ((0, 0), (0, 0)))
+
+    def finish(self, lined_up: Tensor) -> Tensor:
+        return lined_up.permute(_inverse(self.order))
+
+
+class GatherMixin:
+    """Tensor methods that read or write by index tensors."""
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """out[i][j] = self[index[i][j]][j] for dim=0: the values along `dim` at the positions in `index`."""
+        dim = self._axis(dim, "gather")
+        _check_index_tensor(index, "gather", "index")
+        if index.ndim != self.ndim:
+            raise ValueError(f"gather: index has {index.ndim} dimensions but input has {self.ndim}; they must match")
+        if self.ndim == 0:
+            return self.reshape(1).gather(0, index.reshape(1)).reshape(())
+        for d, (i, s) in enumerate(zip(index.shape, self.shape, strict=True)):
+            if d != dim and i > s:
+                raise ValueError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
+                                 f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
+        x = self.shrink(tuple(None if d == dim else (0, index.shape[d]) for d in range(self.ndim)))
+        index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
+        onehot = index.unsqueeze(-1) == _arange(self.shape[dim], self.device)
+        lined_up = x.unsqueeze(-1).transpose(dim, -1)  # dim moved to a new last axis, size 1 where it was
+        return _masked_sum(onehot, lined_up, -1)
+
+    def scatter(self, dim: int, index: Tensor, src: Tensor | float | None = None, *, value: float | None = None,
+                reduce: str | None = None) -> Tensor:  # fmt: skip
+        """A copy of self with self[index[i][j]][j] = src[i][j] for dim=0; src may be a tensor or a number."""
+        if (src is None) == (value is None):
+            raise TypeError("scatter: pass exactly one of src (a tensor or a number) and value")
+        src = value if src is None else src
+        if self.ndim == 0:
+            flat_src = src.reshape(-1) if hasattr(src, "reshape") else src
+            return self.reshape(1).scatter(0, index.reshape(-1), flat_src, reduce=reduce).reshape(())
+        dim = self._axis(dim, "scatter")
+        src = _scatter_src(self, dim, index, src, "scatter")
+        if reduce is not None:
+            reductions = {"add": "sum", "multiply": "prod"}
+            if reduce not in reductions:
+                raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            return self.scatter_reduce(dim, index, src, reductions[reduce])
+        if index.numel() == 0:
+            return self
+        parts = _ScatterParts(self, dim, index, src, "scatter")
+        m = parts.mask.shape[-2]
+        entry = _arange(m, self.device).reshape(m, 1)
+        # where several entries of index name the same place the last one is written (as PyTorch on the CPU)
+        winner = parts.mask.where(entry, -1).max(-2, keepdim=True)
+        placed = _masked_sum(entry == winner, parts.src, -2)
+        return parts.finish((winner.squeeze(-2) >= 0).where(placed, parts.target))
+
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
+                       ) -> Tensor:  # fmt: skip
+        """A copy of self with src reduced into the places index names: sum, prod, mean, amax or amin."""
+        if reduce not in SCATTER_REDUCTIONS:
+            raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
+        if self.ndim == 0:
+            return self.reshape(1).scatter_reduce(0, index.reshape(-1), src.reshape(-1), reduce,
+                                                  include_self=include_self).reshape(())  # fmt: skip
+        dim = self._axis(dim, "scatter_reduce")
+        src = _scatter_src(self, dim, index, src, "scatter_reduce")
+        if index.numel() == 0:
+            return self
+        parts = _ScatterParts(self, dim, index, src, "scatter_reduce")
+        mask, target = parts.mask, parts.target
+        if reduce in ("sum", "mean"):
+            total, count = _masked_sum(mask, parts.src, -2), mask.sum(-2).cast(self.dtype)
+            if include_self:
+                total, count = total + target, count + 1
+            if reduce == "mean":  # integer means round down, as in PyTorch
+                total = total.div(count.maximum(1), rounding_mode=None if dtypes.is_float(self.dtype) else "floor")
+        else:
+            identity = {"prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}[reduce]
+            values = mask.where(parts.src, _full_like_scalar(self, identity))
+            if include_self:  # one reduction over self and src together: ties share the gradient evenly, as PyTorch
+                values = values.cat(target.unsqueeze(-2), dim=-2)
+            total = {"prod": values.prod, "amax": values.max, "amin": values.min}[reduce](-2)
+        return parts.finish(total if include_self else (mask.sum(-2) > 0).where(total, target))
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        """value where mask is true, else self (mask broadcasts with self)."""
+        from glassgrad.tensor import Tensor
+
+        if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise TypeError(f"masked_fill: mask must be a bool tensor, got {got}")
+        if not isinstance(value, Tensor):
+            return mask.where(_full_like_scalar(self, value), self)
+        if value.ndim != 0:
+            raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+        return mask.where(value.cast(self.dtype), self)
+
+    def one_hot(self, num_classes: int = -1) -> Tensor:
+        """int64 one-hot encoding on a new last axis; num_classes=-1 realizes max()+1."""
+        _check_index_tensor(self, "one_hot", "the tensor")
+        if num_classes == -1:
+            if self.numel() == 0:
+                raise ValueError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes")
+            num_classes = int(self.max().item()) + 1
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
+        classes = checked_index(self, num_classes, f"one_hot: class {{value}} is outside 0..{num_classes - 1}")
+        return (classes.unsqueeze(-1) == _arange(num_classes, self.device)).cast(dtypes.int64)
