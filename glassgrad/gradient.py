@@ -200,13 +200,12 @@ def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     return on_path
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ran: list[UOp] | None = None) -> dict[UOp, UOp]:
+def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp], ran: list[UOp] | None = None) -> dict[UOp, UOp]:
     """d(root)/d(target) for each target reached from root, as lazy UOp graphs; `ran`, if given, collects the nodes
-    whose rules ran."""
-    from glassgrad.tensor import Tensor
-
+    whose rules ran. The rules work on Tensors of root_grad's class."""
+    Tensor = type(root_grad)  # noqa: N806  (the class the rules' tensors are made of)
     on_path = _on_path(root, targets)
-    grads: dict[UOp, Tensor] = {root: Tensor(root_grad)}
+    grads: dict[UOp, Tensor] = {root: root_grad}
     blocked_cast: UOp | None = None
     for node in reversed(root.toposort()):
         if node not in grads or node.op in NO_GRADIENT:

@@ -47,6 +47,7 @@ from glassgrad.mixin import (
     RandomMixin,
     ReduceMixin,
 )
+from glassgrad.mixin.elementwise import check_device_holds
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
@@ -127,7 +128,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         else:
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
                             "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
-        _check_device_holds(uop.device or device, uop.dtype)
+        check_device_holds(uop.device or device, uop.dtype)
         self._start(uop, None, is_leaf=True)
         self._set_requires_grad(requires_grad)
 
@@ -305,7 +306,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         device = Device.canonicalize(device)
         if device == self.device:
             return self
-        _check_device_holds(device, self.dtype)
+        check_device_holds(device, self.dtype)
         flat = self.reshape(self.numel()) if self.ndim != 1 else self
         copy = UOp(Ops.COPY, self.dtype, (flat.uop, _device_node(device)))
         return Tensor._derived(copy, flat).reshape(self.shape)
@@ -424,7 +425,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         """The result of an op: a float result requires grad when any input does, and then it has autograd history
         (it is not a leaf)."""
         if all(p.uop.dtype is not uop.dtype for p in parents):  # a dtype an input has, its device holds already
-            _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
+            check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
         grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
         out._start(uop, True if grad else None, is_leaf=not grad)
@@ -432,11 +433,6 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 
 
 # ---- helpers for the class above ----
-
-
-def _check_device_holds(device: str, dtype: DType) -> None:
-    if not Device[device].supports(dtype):
-        raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
 
 
 def _reads_through_other_view(value: UOp, target: UOp) -> bool:

@@ -37,9 +37,7 @@ def int_quotient(x: Tensor, y: Tensor, rounding_mode: str, op: str) -> Tensor:
 
 def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
     """x ** exponent, or exponent ** x when reverse."""
-    from glassgrad.tensor import Tensor
-
-    if not reverse and not isinstance(exponent, Tensor):
+    if not reverse and not isinstance(exponent, type(x)):
         return _power_of_scalar(x, exponent)
     base, exp = x._binary_operands(exponent, "pow", reverse)
     if base.dtype == dtypes.bool:
@@ -65,8 +63,6 @@ def zero_with_gradient(x: Tensor) -> Tensor:
 
 
 def _power_of_scalar(x: Tensor, n: Any) -> Tensor:
-    from glassgrad.tensor import Tensor
-
     if not isinstance(n, (int, float)):
         raise TypeError(f"pow: the exponent must be a Tensor or a Python number, got {type(n).__name__}")
     if x.dtype == dtypes.bool:
@@ -85,7 +81,7 @@ def _power_of_scalar(x: Tensor, n: Any) -> Tensor:
         return x.sqrt()
     if n == -0.5:
         return x.rsqrt()
-    exponent = Tensor(n, device=x.device, dtype=x.dtype)
+    exponent = type(x)(n, device=x.device, dtype=x.dtype)
     return _integer_power(x, exponent) if dtypes.is_int(x.dtype) else _float_power(x, exponent)
 
 

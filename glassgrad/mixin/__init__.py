@@ -1,7 +1,9 @@
 """The Tensor API beyond its core, one area per file; Tensor inherits every mixin here.
 
 Each mixin builds only on Tensor's core methods (elementwise ops, reductions, movement), so a method's
-gradient comes from the primitive ops it is made of.
+gradient comes from the primitive ops it is made of. No mixin imports tensor.py (which imports them): a mixin
+reaches the Tensor class through the tensors it is given (`type(x).arange(...)`, `self._derived(...)`), and tests
+for a tensor with `isinstance(x, <its own mixin>)`, since Tensor is the one class that inherits them.
 """
 
 from glassgrad.mixin.attention import AttentionMixin

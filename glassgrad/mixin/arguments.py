@@ -10,12 +10,10 @@ if TYPE_CHECKING:
 
 def _nn_tensor(value: Any, like: Tensor, op: str, name: str) -> Tensor | None:
     """An optional argument (weight, bias, target, ...) as a Tensor on `like`'s device; None stays None."""
-    from glassgrad.tensor import Tensor
-
     if value is None:
         return None
-    if not isinstance(value, Tensor):
-        return Tensor(value, device=like.device)
+    if not isinstance(value, type(like)):
+        return type(like)(value, device=like.device)
     if value.device != like.device:
         raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value

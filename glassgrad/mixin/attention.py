@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.mixin.arguments import _nn_tensor
 from glassgrad.mixin.elementwise import _broadcast_shape
+from glassgrad.mixin.small_tensors import _arange
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -38,8 +39,6 @@ class AttentionMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                      enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(query @ key.T * scale + mask) @ value for query (..., L, E), key (..., S, E), value (..., S, Ev)."""
-        from glassgrad.tensor import Tensor
-
         op = "scaled_dot_product_attention"
         query, key, value = self, _nn_tensor(key, self, op, "key"), _nn_tensor(value, self, op, "value")
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -60,8 +59,8 @@ class AttentionMixin:
         if is_causal:
             if attn_mask is not None:
                 raise ValueError(f"{op}: pass attn_mask or is_causal=True, not both")
-            rows = Tensor.arange(length, device=self.device).reshape(length, 1)
-            attn_mask = Tensor.arange(source_length, device=self.device).reshape(1, source_length) <= rows
+            rows = _arange(length, self).reshape(length, 1)
+            attn_mask = _arange(source_length, self).reshape(1, source_length) <= rows
         if attn_mask is not None:
             attn_mask = _nn_tensor(attn_mask, self, op, "attn_mask")
             _broadcast_shape(attn_mask.shape, scores.shape, f"{op}: attn_mask")

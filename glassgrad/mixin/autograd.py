@@ -118,7 +118,7 @@ class AutogradMixin:
     def _gradients(self: Tensor, root: UOp, names: list[list[UOp]], gradient: Tensor | None, op: str = "gradient",
                    ran: list[UOp] | None = None) -> list[Tensor | None]:  # fmt: skip
         seed = self._seed_gradient(gradient, op)
-        grads = compute_gradient(root, seed.uop, {node for found in names for node in found}, ran)
+        grads = compute_gradient(root, seed, {node for found in names for node in found}, ran)
         out: list[Tensor | None] = []
         for found in names:
             parts = [type(self)(grads[node]) for node in found if node in grads]

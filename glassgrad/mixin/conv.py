@@ -131,10 +131,8 @@ def _disjoint_windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...
 
 def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
     """A weight or bias as a Tensor on the input's device."""
-    from glassgrad.tensor import Tensor
-
-    if not isinstance(value, Tensor):
-        return Tensor(value, device=like.device)
+    if not isinstance(value, type(like)):
+        return type(like)(value, device=like.device)
     if value.device != like.device:
         raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value

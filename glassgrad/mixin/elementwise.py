@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from glassgrad.dtype import (
-    DType,
-    dtypes,
-    promote_types,
-    result_type_with_scalar,
-    to_dtype,
-)
+from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
+from glassgrad.runtime.device import Device
 from glassgrad.tensor_math import int_quotient
 from glassgrad.uop.ops import Ops, UOp
 
@@ -31,21 +26,25 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
     return tuple(out)
 
 
+def check_device_holds(device: str, dtype: DType) -> None:
+    """A TypeError unless `device` can hold `dtype`."""
+    if not Device[device].supports(dtype):
+        raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
+
+
 class ElementwiseMixin:
     """Tensor methods for elementwise arithmetic, comparisons, logic and bits."""
 
     def _binary_operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands as tensors of one dtype and one broadcast shape."""
-        from glassgrad.tensor import Tensor
-
-        if isinstance(other, Tensor):
+        if isinstance(other, ElementwiseMixin):
             if other.device != self.device:
                 raise ValueError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
                                  "move one with .to()")  # fmt: skip
             dtype = promote_types(self.dtype, other.dtype)
         elif isinstance(other, (bool, int, float)):
             dtype = result_type_with_scalar(self.dtype, other)
-            other = Tensor(other, device=self.device, dtype=dtype)
+            other = type(self)(other, device=self.device, dtype=dtype)
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         x, y = (other, self) if reverse else (self, other)
@@ -53,29 +52,23 @@ class ElementwiseMixin:
         return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-        from glassgrad.tensor import Tensor
-
-        return Tensor._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
+        return self._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to another dtype."""
-        from glassgrad.tensor import Tensor, _check_device_holds
-
         dtype = to_dtype(dtype)
         if dtype == self.dtype:
             return self
-        _check_device_holds(self.device, dtype)
-        return Tensor._derived(UOp(Ops.CAST, dtype, (self.uop,)), self)
+        check_device_holds(self.device, dtype)
+        return self._derived(UOp(Ops.CAST, dtype, (self.uop,)), self)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """The same bytes read as another dtype of the same size."""
-        from glassgrad.tensor import Tensor
-
         dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
             raise ValueError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
                              f"{dtype.itemsize} bytes)")  # fmt: skip
-        return self if dtype == self.dtype else Tensor(UOp(Ops.BITCAST, dtype, (self.uop,)))
+        return self if dtype == self.dtype else type(self)(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def float(self) -> Tensor:
         """This tensor as float32."""
@@ -174,12 +167,10 @@ class ElementwiseMixin:
 
     def where(self, x: Any, y: Any) -> Tensor:
         """x where this (a condition) is true, else y."""
-        from glassgrad.tensor import Tensor
-
         cond = self if self.dtype == dtypes.bool else self.ne(0)
-        if not isinstance(x, Tensor):  # a Python scalar takes the other side's dtype unless it lifts the kind
-            dtype = result_type_with_scalar(y.dtype, x) if isinstance(y, Tensor) else None
-            x = Tensor(x, device=self.device, dtype=dtype)
+        if not isinstance(x, ElementwiseMixin):  # a Python scalar takes the other side's dtype unless it lifts the kind
+            dtype = result_type_with_scalar(y.dtype, x) if isinstance(y, ElementwiseMixin) else None
+            x = type(self)(x, device=self.device, dtype=dtype)
         x, y = x._binary_operands(y, "where")
         shape = _broadcast_shape(cond.shape, x.shape, "where")
         cond, x, y = (t._broadcast_to(shape, "where") for t in (cond, x, y))
@@ -365,10 +356,8 @@ class ElementwiseMixin:
 
 
 def _truth_values(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
-    from glassgrad.tensor import Tensor
-
-    if not isinstance(other, Tensor):
+    if not isinstance(other, ElementwiseMixin):
         if not isinstance(other, (bool, int, float)):
             raise TypeError(f"{op}: other must be a Tensor or a Python scalar, got {type(other).__name__}")
-        other = Tensor(bool(other), device=x.device)
+        other = type(x)(bool(other), device=x.device)
     return x.cast(dtypes.bool), other.cast(dtypes.bool)

@@ -17,9 +17,7 @@ SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
 def _check_index_tensor(index: Any, op: str, what: str) -> None:
-    from glassgrad.tensor import Tensor
-
-    if not isinstance(index, Tensor):
+    if not isinstance(index, GatherMixin):
         raise TypeError(f"{op}: {what} must be a Tensor, got {type(index).__name__}")
     if not dtypes.is_int(index.dtype):
         raise TypeError(f"{op}: {what} must be an integer tensor, got {index.dtype}")
@@ -27,8 +25,6 @@ def _check_index_tensor(index: Any, op: str, what: str) -> None:
 
 def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tensor:
     """Check a scatter's arguments; the part of src that index covers (a number fills index's shape)."""
-    from glassgrad.tensor import Tensor
-
     _check_index_tensor(index, op, "index")
     if index.ndim != t.ndim:
         raise ValueError(f"{op}: index has {index.ndim} dimensions but the tensor has {t.ndim}; they must match")
@@ -36,8 +32,8 @@ def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tenso
         if d != dim and i > s:
             raise ValueError(f"{op}: index has shape {index.shape} but the tensor has {t.shape}; index can't be "
                              f"bigger in dimension {d} (other than dim={dim})")  # fmt: skip
-    if not isinstance(src, Tensor):
-        return Tensor.full(index.shape, src, dtype=t.dtype, device=t.device)
+    if not isinstance(src, GatherMixin):
+        return type(t).full(index.shape, src, dtype=t.dtype, device=t.device)
     if src.dtype != t.dtype:
         raise TypeError(f"{op}: src has dtype {src.dtype} but the tensor has {t.dtype}; they must match")
     if src.ndim != t.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
@@ -53,7 +49,7 @@ class _ScatterParts:
         self.order = [d for d in range(t.ndim) if d != dim] + [dim]
         self.target = t.permute(self.order)
         index = checked_index(index, t.shape[dim], out_of_bounds(op, dim, t.shape[dim]))
-        mask = index.permute(self.order).unsqueeze(-1) == _arange(t.shape[dim], t.device)
+        mask = index.permute(self.order).unsqueeze(-1) == _arange(t.shape[dim], t)
         # index may be smaller than the tensor in the other dims: the places it does not reach get nothing
         grow = tuple((0, full - part) for part, full in zip(mask.shape[:-2], self.target.shape[:-1], strict=True))
         self.mask = mask.pad(grow + ((0, 0), (0, 0)))
@@ -80,7 +76,7 @@ class GatherMixin:
                                  f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
         x = self.shrink(tuple(None if d == dim else (0, index.shape[d]) for d in range(self.ndim)))
         index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
-        onehot = index.unsqueeze(-1) == _arange(self.shape[dim], self.device)
+        onehot = index.unsqueeze(-1) == _arange(self.shape[dim], self)
         lined_up = x.unsqueeze(-1).transpose(dim, -1)  # dim moved to a new last axis, size 1 where it was
         return _masked_sum(onehot, lined_up, -1)
 
@@ -104,7 +100,7 @@ class GatherMixin:
             return self
         parts = _ScatterParts(self, dim, index, src, "scatter")
         m = parts.mask.shape[-2]
-        entry = _arange(m, self.device).reshape(m, 1)
+        entry = _arange(m, self).reshape(m, 1)
         # where several entries of index name the same place the last one is written (as PyTorch on the CPU)
         winner = parts.mask.where(entry, -1).max(-2, keepdim=True)
         placed = _masked_sum(entry == winner, parts.src, -2)
@@ -140,12 +136,10 @@ class GatherMixin:
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """value where mask is true, else self (mask broadcasts with self)."""
-        from glassgrad.tensor import Tensor
-
-        if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool:
-            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        if not isinstance(mask, GatherMixin) or mask.dtype != dtypes.bool:
+            got = mask.dtype if isinstance(mask, GatherMixin) else type(mask).__name__
             raise TypeError(f"masked_fill: mask must be a bool tensor, got {got}")
-        if not isinstance(value, Tensor):
+        if not isinstance(value, GatherMixin):
             return mask.where(_full_like_scalar(self, value), self)
         if value.ndim != 0:
             raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
@@ -161,4 +155,4 @@ class GatherMixin:
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
         classes = checked_index(self, num_classes, f"one_hot: class {{value}} is outside 0..{num_classes - 1}")
-        return (classes.unsqueeze(-1) == _arange(num_classes, self.device)).cast(dtypes.int64)
+        return (classes.unsqueeze(-1) == _arange(num_classes, self)).cast(dtypes.int64)

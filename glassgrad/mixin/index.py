@@ -60,20 +60,18 @@ def _nested_depth(item: Any) -> int:
 
 def _normalize_item(t: Tensor, item: Any) -> Any:
     """One element of an index as None, ..., bool, int, slice, list or Tensor."""
-    from glassgrad.tensor import Tensor
-
     if item is None or item is Ellipsis or isinstance(item, (bool, int, slice, list)):
         return item
     if isinstance(item, tuple):
         return list(item)
-    if isinstance(item, Tensor):
+    if isinstance(item, IndexMixin):
         if item.dtype != dtypes.bool and not dtypes.is_int(item.dtype):
             raise IndexError(f"index: tensors used as indices must be integer or bool tensors, got {item.dtype}")
         if item.device != t.device:
             raise IndexError(f"index: the index tensor is on {item.device} but the tensor is on {t.device}")
         return bool(item.item()) if item.ndim == 0 and item.dtype == dtypes.bool else item
     if hasattr(item, "__array_interface__"):
-        return _normalize_item(t, Tensor(item, device=t.device))
+        return _normalize_item(t, type(t)(item, device=t.device))
     if hasattr(item, "__index__"):
         return operator.index(item)
     raise IndexError(f"index: {item!r} of type {type(item).__name__} is not a valid index; use ints, slices, None, "
@@ -82,9 +80,7 @@ def _normalize_item(t: Tensor, item: Any) -> Any:
 
 def _dims_used(item: Any) -> int:
     """How many dims of the tensor an index element consumes."""
-    from glassgrad.tensor import Tensor
-
-    if isinstance(item, Tensor) and item.dtype == dtypes.bool:
+    if isinstance(item, IndexMixin) and item.dtype == dtypes.bool:
         return item.ndim
     if isinstance(item, list) and _is_bool_list(item):
         return _nested_depth(item)
@@ -93,17 +89,15 @@ def _dims_used(item: Any) -> int:
 
 def _list_index(t: Tensor, item: list, dim: int) -> Tensor:
     """A list in an index: of bools a mask, of ints positions (checked here, since they are known on the host)."""
-    from glassgrad.tensor import Tensor
-
     if _is_bool_list(item):
-        return Tensor(item, device=t.device, dtype=dtypes.bool)
+        return type(t)(item, device=t.device, dtype=dtypes.bool)
     values = _leaves(item)
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise IndexError(f"index: a list index must hold only ints or only bools, got {item!r}")
     for v in values:
         if not -t.shape[dim] <= v < t.shape[dim]:
             raise IndexError(f"index: index {v} is out of bounds for dimension {dim} with size {t.shape[dim]}")
-    return Tensor(item, device=t.device, dtype=dtypes.int32) if values else _positions(t, [])
+    return type(t)(item, device=t.device, dtype=dtypes.int32) if values else _positions(t, [])
 
 
 def _mask_coordinates(t: Tensor, mask: Tensor, dim: int) -> list[Tensor]:
@@ -129,8 +123,6 @@ def _parse_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
     (they select before advanced indexing), a bool mask becomes the coordinates of its true elements, and a Python
     bool is None paired with an index of [0] (True) or [] (False).
     """
-    from glassgrad.tensor import Tensor
-
     items = [_normalize_item(t, i) for i in (index if isinstance(index, tuple) else (index,))]
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("index: an index can only have a single ellipsis ('...')")
@@ -140,7 +132,7 @@ def _parse_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
     if any(i is Ellipsis for i in items):  # `is`, since `in` would compare tensors elementwise
         at = next(k for k, i in enumerate(items) if i is Ellipsis)
         items = items[:at] + [slice(None)] * (t.ndim - used) + items[at + 1 :]
-    has_tensor = any(isinstance(i, (Tensor, list)) for i in items)
+    has_tensor = any(isinstance(i, (IndexMixin, list)) for i in items)
     basic: list[Any] = []
     advanced: list[tuple[int, Tensor]] = []
     dim = position = 0  # the next dim of t, and of the basic result
@@ -254,16 +246,16 @@ class _AdvancedIndex:
         order, kept = self.result_order + [len(self.result_order)], len(self.kept)
         lined_up = y.permute(self.kept + self.positions).reshape(
             self.kept_shape + (1,) * len(self.index_shape) + (self.total,)).permute(order)  # fmt: skip
-        onehot = self.flat.unsqueeze(-1) == _arange(self.total, y.device)
+        onehot = self.flat.unsqueeze(-1) == _arange(self.total, y)
         onehot = onehot.reshape((1,) * kept + self.index_shape + (self.total,)).permute(order)
         return _masked_sum(onehot, lined_up, -1)
 
     def place(self, value: Tensor, y_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
         """value (of the result's shape) where the index puts it in a tensor of y_shape, and a mask of the places."""
-        n, device = prod(self.index_shape), value.device
+        n = prod(self.index_shape)
         values = value.permute(_inverse(self.result_order)).reshape(self.kept_shape + (n, 1))
-        entry = _arange(n, device).reshape(n, 1)
-        names = self.flat.reshape(n, 1) == _arange(self.total, device).reshape(1, self.total)
+        entry = _arange(n, value).reshape(n, 1)
+        names = self.flat.reshape(n, 1) == _arange(self.total, value).reshape(1, self.total)
         # where several entries name the same place the last one is written (as PyTorch on the CPU)
         winner = names.where(entry, -1).max(0, keepdim=True)
         placed = _masked_sum(entry == winner, values, -2).reshape(self.kept_shape + tuple(self.sizes))
@@ -284,15 +276,13 @@ def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 def _as_value(value: Any, t: Tensor, op: str) -> Tensor:
-    from glassgrad.tensor import Tensor
-
-    if isinstance(value, Tensor):
+    if isinstance(value, IndexMixin):
         if value.device != t.device:
             raise ValueError(f"{op}: value is on {value.device} but the tensor is on {t.device}")
         return value.cast(t.dtype)
     if not isinstance(value, (bool, int, float, list, tuple)) and not hasattr(value, "__array_interface__"):
         raise TypeError(f"{op}: value must be a tensor, a number or a nested list, got {type(value).__name__}")
-    return Tensor(value, device=t.device, dtype=t.dtype)
+    return type(t)(value, device=t.device, dtype=t.dtype)
 
 
 def _without_leading_ones(value: Tensor, ndim: int) -> Tensor:
@@ -315,10 +305,8 @@ def _mask_write(old: Tensor, index: Any, value: Tensor) -> Tensor | None:
 
     None when the write is not of that form (the general path then realizes the mask to count its elements).
     """
-    from glassgrad.tensor import Tensor
-
     mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
-    if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool or not 1 <= mask.ndim <= old.ndim:
+    if not isinstance(mask, IndexMixin) or mask.dtype != dtypes.bool or not 1 <= mask.ndim <= old.ndim:
         return None
     rest = old.shape[mask.ndim :]
     if mask.shape != old.shape[: mask.ndim] or _without_leading_ones(value, 0).ndim > len(rest):
@@ -336,7 +324,7 @@ def _indexed_write(old: Tensor, index: Any, value: Tensor) -> Tensor | None:
     value = _fit_value(value, selection.result_shape if selection else y_shape, "setitem")
     if value.numel() == 0:
         return None
-    placed, written = selection.place(value, y_shape) if selection else (value, _bool_ones(y_shape, old.device))
+    placed, written = selection.place(value, y_shape) if selection else (value, _bool_ones(y_shape, old))
     return plan.place(written).where(plan.place(placed), old)
 
 
@@ -358,14 +346,13 @@ class IndexMixin:
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """t[index] = value: written lazily into this tensor's buffer (or into its graph while it has none)."""
-        from glassgrad.tensor import Tensor
-
-        grad = not Tensor.no_grad and bool(self.requires_grad or (isinstance(value, Tensor) and value.requires_grad))
+        value_requires_grad = isinstance(value, IndexMixin) and value.requires_grad
+        grad = not type(self).no_grad and bool(self.requires_grad or value_requires_grad)
         if grad and self.requires_grad and self._is_leaf:
             raise RuntimeError("setitem: this tensor is a leaf that requires grad and cannot be written in place; "
                                "write into a clone(), or inside `with Tensor.no_grad():`")  # fmt: skip
         # what to update: for autograd the graph that built this tensor, else what stands for it now
-        old = Tensor._derived(self._autograd_root(), self) if grad else Tensor(self._current_uop())
+        old = self._derived(self._autograd_root(), self) if grad else type(self)(self._current_uop())
         value = _as_value(value, self, "setitem")
         new = _mask_write(old, index, value)
         new = _indexed_write(old, index, value) if new is None else new

@@ -24,15 +24,13 @@ INTERPOLATE_MODES = {"nearest": None, "linear": 1, "bilinear": 2}  # mode -> how
 
 def _tensor_list(first: Any, rest: tuple, op: str) -> list[Tensor]:
     """The tensors of a.cat(b, c), Tensor.cat(a, b) or Tensor.cat([a, b])."""
-    from glassgrad.tensor import Tensor
-
     items: list[Any] = []
     for item in (first, *rest):
         items.extend(item) if isinstance(item, (list, tuple)) else items.append(item)
     if not items:
         raise ValueError(f"{op}: expected a non-empty list of tensors")
     for i, t in enumerate(items):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, JoinMixin):
             raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
     return items
 
@@ -41,7 +39,7 @@ def _triangle(t: Tensor, diagonal: int, op: str) -> Tensor:
     if t.ndim < 2:
         raise ValueError(f"{op}: the tensor has shape {t.shape}; it needs at least 2 dimensions")
     rows, cols = t.shape[-2:]
-    offset = _arange(cols, t.device).reshape(1, cols) - _arange(rows, t.device).reshape(rows, 1)
+    offset = _arange(cols, t).reshape(1, cols) - _arange(rows, t).reshape(rows, 1)
     keep = offset >= diagonal if op == "triu" else offset <= diagonal
     return keep.where(t, _full_like_scalar(t, 0))
 
@@ -115,8 +113,6 @@ def _resize_nearest(x: Tensor, d: int, out: int, factor: float | None) -> Tensor
 
 def _resize_linear(x: Tensor, d: int, out: int, factor: float | None, align_corners: bool) -> Tensor:
     """out[o] = x[i0] * w0 + x[i1] * w1 along d, as PyTorch picks i0, i1 and the weights; a sum over a sparse matrix."""
-    from glassgrad.tensor import Tensor
-
     n = x.shape[d]
     if out == n:
         return x
@@ -135,9 +131,9 @@ def _resize_linear(x: Tensor, d: int, out: int, factor: float | None, align_corn
         high_weight.append(lam)
 
     def column(values: list[Any], dtype: Any) -> Tensor:
-        return Tensor(values, device=x.device, dtype=dtype).reshape(out, 1)
+        return type(x)(values, device=x.device, dtype=dtype).reshape(out, 1)
 
-    s = _arange(n, x.device).reshape(1, n)
+    s = _arange(n, x).reshape(1, n)
     weights = (s == column(low, dtypes.int32)).where(column(low_weight, dtypes.float32), 0.0) + (
         s == column(high, dtypes.int32)).where(column(high_weight, dtypes.float32), 0.0)  # fmt: skip
     resized = (x.transpose(d, -1).unsqueeze(-2) * weights).sum(-1)  # (..., 1, n) * (out, n), summed over n
@@ -174,7 +170,7 @@ class JoinMixin:
         # each piece padded into place; a select on "inside this piece" keeps every value exact (even -0.0)
         out = placed(parts[-1], starts[-1])
         for t, start in zip(reversed(parts[:-1]), reversed(starts[:-1]), strict=True):
-            out = placed(_bool_ones(t.shape, t.device), start).where(placed(t, start), out)
+            out = placed(_bool_ones(t.shape, t), start).where(placed(t, start), out)
         return out
 
     def stack(self, *tensors: Tensor, dim: int = 0, axis: int | None = None) -> Tensor:
@@ -230,8 +226,6 @@ class JoinMixin:
     def repeat_interleave(self, repeats: int | Sequence[int] | Tensor, dim: int | None = None, *,
                           output_size: int | None = None) -> Tensor:  # fmt: skip
         """Repeat each element `repeats` times along `dim` (flattened if None); a tensor of counts is realized."""
-        from glassgrad.tensor import Tensor
-
         x, dim = (self.flatten(), 0) if dim is None else (self, self._axis(dim, "repeat_interleave"))
         n = x.shape[dim] if x.ndim else 1
         if isinstance(repeats, int):
@@ -241,7 +235,7 @@ class JoinMixin:
             copies = x.unsqueeze(dim + 1).expand(x.shape[: dim + 1] + (repeats,) + x.shape[dim + 1 :])
             out = copies.flatten(dim, dim + 1)
         else:
-            counts = repeats.tolist() if isinstance(repeats, Tensor) else list(repeats)
+            counts = repeats.tolist() if isinstance(repeats, JoinMixin) else list(repeats)
             counts = counts if isinstance(counts, list) else [counts]
             counts = counts * n if len(counts) == 1 else counts
             if len(counts) != n or any(not isinstance(c, int) or c < 0 for c in counts):
@@ -375,7 +369,7 @@ class JoinMixin:
         padded = self._movement(Ops.PAD, pairs)
         if not value:
             return padded
-        inside = _bool_ones(self.shape, self.device)._movement(Ops.PAD, pairs)
+        inside = _bool_ones(self.shape, self)._movement(Ops.PAD, pairs)
         return inside.where(padded, _full_like_scalar(self, value))
 
     def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,

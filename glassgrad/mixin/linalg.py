@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 
 def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
     """A matmul operand as a Tensor on `like`'s device; Python scalars are rejected as PyTorch does."""
-    from glassgrad.tensor import Tensor
-
-    if isinstance(value, Tensor):
+    if isinstance(value, type(like)):
         if value.device != like.device:
             raise ValueError(f"{op}: tensors are on different devices: {like.device} and {value.device}; "
                              "move one with .to()")  # fmt: skip
@@ -27,7 +25,7 @@ def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
     if isinstance(value, (bool, int, float)):
         raise TypeError(f"{op}: needs tensors of at least 1 dimension, got a Python {type(value).__name__}; "
                         "use * to scale by a number")  # fmt: skip
-    return Tensor(value, device=like.device)
+    return type(like)(value, device=like.device)
 
 
 def _batch_shape(a: tuple[int, ...], b: tuple[int, ...], x: Tensor, w: Tensor, op: str) -> tuple[int, ...]:
@@ -95,13 +93,11 @@ class LinalgMixin:
     @staticmethod
     def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | str | None = None) -> Tensor:
         """Sums of products named by subscripts, as torch.einsum: 'ij,jk->ik', 'ii->i', 'bij->bji', '...ij->...'."""
-        from glassgrad.tensor import Tensor
-
         tensors = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
         if not tensors:
             raise ValueError("einsum: needs at least one operand")
         for i, t in enumerate(tensors):
-            if not isinstance(t, Tensor):
+            if not isinstance(t, LinalgMixin):
                 raise TypeError(f"einsum: operand {i} is a {type(t).__name__}, not a Tensor")
             if t.device != tensors[0].device:
                 raise ValueError(f"einsum: operands are on different devices: {tensors[0].device} and {t.device}")

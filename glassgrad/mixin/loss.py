@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import dtypes
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
 from glassgrad.mixin.elementwise import _broadcast_shape
+from glassgrad.mixin.small_tensors import _arange
 from glassgrad.tensor_checks import checked_index
 
 if TYPE_CHECKING:
@@ -71,14 +72,12 @@ def _class_index_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tens
     The target class is picked by a one-hot mask (target == arange(C)) and a masked sum, so the loss fuses into the
     kernels of log_softmax and one reduction; 'mean' divides by the total weight of the targets that count.
     """
-    from glassgrad.tensor import Tensor
-
     n_classes = logp.shape[class_dim]
     class_shape = (n_classes,) + (1,) * (logp.ndim - class_dim - 1)
     message = f"{op}: target {{value}} is not a class in 0..{n_classes - 1} (nor ignore_index={ignore_index})"
     target = checked_index(target, n_classes, message, allowed=ignore_index).unsqueeze(class_dim)
     counted = target != ignore_index
-    picked = (target == Tensor.arange(n_classes, device=logp.device).reshape(class_shape)) & counted
+    picked = (target == _arange(n_classes, logp).reshape(class_shape)) & counted
     weighted = logp * weight.reshape(class_shape) if weight is not None else logp
     terms = picked.where(weighted, 0.0)
     if label_smoothing:  # (1 - e) * -log p(target) + e * mean over classes of -log p

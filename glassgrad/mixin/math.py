@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
 from glassgrad.gradient import custom_gradient
-from glassgrad.tensor_math import polynomial, zero_with_gradient
+from glassgrad.tensor_math import polynomial, power, zero_with_gradient
 from glassgrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -150,8 +150,6 @@ class MathMixin:
 
     def pow(self: Tensor, exponent: Tensor | float, reverse: bool = False) -> Tensor:
         """x ** exponent (exponent ** x when reverse), with PyTorch's dtypes, special values and gradients."""
-        from glassgrad.tensor_math import power
-
         return power(self, exponent, reverse)
 
     # ---- trigonometry and hyperbolic functions ----

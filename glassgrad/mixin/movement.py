@@ -24,9 +24,7 @@ class MovementMixin:
         return axis % max(ndim, 1)
 
     def _movement(self, op: Ops, arg: Any) -> Tensor:
-        from glassgrad.tensor import Tensor
-
-        return Tensor._derived(UOp(op, self.dtype, (self.uop,), arg), self)
+        return self._derived(UOp(op, self.dtype, (self.uop,), arg), self)
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""

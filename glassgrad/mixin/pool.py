@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.mixin.conv import _check_input, _spatial_arg, _windows
+from glassgrad.mixin.small_tensors import _arange
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -44,12 +45,10 @@ def _pool_geometry(x: Tensor, kernel_size: int | Sequence[int], stride: int | Se
 def _first_max(windows: Tensor) -> tuple[Tensor, Tensor]:
     """The max over the last axis and the position of its first occurrence (NaN counts as largest), as torch's
     max pooling; the value's gradient goes to that one element."""
-    from glassgrad.tensor import Tensor
-
     size = windows.shape[-1]
     biggest = windows.max(-1, keepdim=True)
     is_max = (windows == biggest) | (windows != windows)
-    rank = Tensor.arange(size, 0, -1, device=windows.device)  # size .. 1: earlier elements rank higher
+    rank = type(windows).arange(size, 0, -1, device=windows.device)  # size .. 1: earlier elements rank higher
     first = is_max.where(rank, 0).max(-1, keepdim=True)
     value = (rank == first).where(windows, 0).sum(-1)
     return value, size - first.squeeze(-1)
@@ -58,13 +57,11 @@ def _first_max(windows: Tensor) -> tuple[Tensor, Tensor]:
 def _input_index(position: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
                  dilation: tuple[int, ...], sizes: tuple[int, ...]) -> Tensor:  # fmt: skip
     """torch's max-pool indices: a position inside each window as a flat index into the input's spatial dims."""
-    from glassgrad.tensor import Tensor
-
     nd, outs = len(kernel), position.shape[-len(kernel) :]
     flat = position.zeros_like()
     for j in range(nd):
         offset = (position // prod(kernel[j + 1 :])) % kernel[j]
-        start = Tensor.arange(outs[j], device=position.device).reshape(outs[j], *(1,) * (nd - 1 - j))
+        start = _arange(outs[j], position).reshape(outs[j], *(1,) * (nd - 1 - j))
         flat = flat * sizes[j] + start * stride[j] - padding[j] + offset * dilation[j]
     return flat.cast(dtypes.int64)
 
@@ -73,15 +70,13 @@ def _max_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
               padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool, return_indices: bool,
               nd: int, op: str) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     """torch's max_pool1d/2d/3d over the last nd dims (padding never wins: it reads as -inf)."""
-    from glassgrad.tensor import Tensor
-
     kernel, stride, dilation, padding, after, outs = _pool_geometry(x, kernel_size, stride, padding, dilation,
                                                                      ceil_mode, nd, op)  # fmt: skip
     lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
     pads = ((0, 0),) * (x.ndim - nd) + tuple(zip(padding, after, strict=True))
     windows = _windows(x.pad(pads, value=lowest), kernel, stride, dilation)
     windows = windows.reshape(*x.shape[:-nd], *outs, prod(kernel))
-    if not return_indices and (Tensor.no_grad or not x.requires_grad):
+    if not return_indices and (type(x).no_grad or not x.requires_grad):
         return windows.max(-1)  # ties only matter for the gradient
     value, position = _first_max(windows)
     if not return_indices:
@@ -94,7 +89,6 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
               dilation: int | Sequence[int], nd: int, op: str) -> Tensor:  # fmt: skip
     """torch's avg_pool1d/2d/3d: window sums over the count of elements torch divides by."""
     from glassgrad.mixin.linalg import _summed
-    from glassgrad.tensor import Tensor
 
     kernel, stride, dilation, padding, after, outs = _pool_geometry(x, kernel_size, stride, padding, dilation,
                                                                      ceil_mode, nd, op)  # fmt: skip
@@ -115,7 +109,7 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
         if len(set(counts)) == 1:
             divisor = divisor * counts[0]
         else:
-            divisor = Tensor(counts, device=x.device).reshape(o, *(1,) * (nd - 1 - j)) * divisor
+            divisor = type(x)(counts, device=x.device).reshape(o, *(1,) * (nd - 1 - j)) * divisor
     return sums / divisor
 
 

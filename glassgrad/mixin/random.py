@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import DType, dtypes, to_dtype
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import prod
+from glassgrad.mixin.small_tensors import _arange
+from glassgrad.runtime.device import Device
 from glassgrad.shape import shape_arg
-from glassgrad.tensor_math import polynomial
+from glassgrad.tensor_math import polynomial, zero_with_gradient
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -181,8 +183,6 @@ class RandomMixin:
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Sample category indices in proportion to the weights of each row (int32; PyTorch gives int64)."""
-        from glassgrad.tensor import Tensor
-
         if self.ndim not in (1, 2):
             raise ValueError(f"multinomial: weights must be 1-D or 2-D, got shape {self.shape}")
         if not dtypes.is_float(self.dtype):
@@ -202,7 +202,7 @@ class RandomMixin:
         if replacement:
             weights = weights.unsqueeze(1).expand(rows, num_samples, n)
         # categories of weight 0 (or so small that E/w overflows) come last, and after them the ones already taken
-        arrival = (weights > 0).where(_exponential(weights.shape, self.device) / weights, math.inf).minimum(FLOAT32_MAX)
+        arrival = (weights > 0).where(_exponential(weights) / weights, math.inf).minimum(FLOAT32_MAX)
         if replacement:
             samples = _first_index_of_min(arrival)
         else:
@@ -210,7 +210,7 @@ class RandomMixin:
             for _ in range(num_samples):
                 pick = _first_index_of_min(arrival)
                 picks.append(pick)
-                arrival = Tensor.arange(n, device=self.device).eq(pick.unsqueeze(-1)).where(math.inf, arrival)
+                arrival = _arange(n, self).eq(pick.unsqueeze(-1)).where(math.inf, arrival)
             columns = [p.unsqueeze(-1).pad(((0, 0), (i, num_samples - 1 - i))) for i, p in enumerate(picks)]
             samples = functools.reduce(operator.add, columns)
         return samples if self.ndim == 2 else samples.reshape(num_samples)
@@ -222,8 +222,6 @@ class RandomMixin:
         if not self.training or p == 0:
             return self
         if p == 1:
-            from glassgrad.tensor_math import zero_with_gradient
-
             return zero_with_gradient(self._float_input())
         keep = self.rand_like(dtype=dtypes.float32) >= p
         return keep.where(self * (1 / (1 - p)), 0)
@@ -242,8 +240,6 @@ def _mix32(x: Tensor) -> Tensor:
 
 
 def _device(device: str | None) -> str:
-    from glassgrad.runtime.device import Device
-
     return Device.canonicalize(device) if device is not None else Device.DEFAULT
 
 
@@ -268,11 +264,9 @@ def _kaiming_std(shape: tuple[int, ...], a: float, op: str) -> float:
     return math.sqrt(2 / (1 + a * a)) / math.sqrt(max(prod(shape[1:]), 1))
 
 
-def _exponential(shape: tuple[int, ...], device: str) -> Tensor:
-    """Exp(1) random values: -log(1 - u) for u uniform in [0, 1)."""
-    from glassgrad.tensor import Tensor
-
-    return -_portable_log(1 - Tensor.rand(*shape, dtype=dtypes.float32, device=device))
+def _exponential(like: Tensor) -> Tensor:
+    """Exp(1) random values of like's shape and device: -log(1 - u) for u uniform in [0, 1)."""
+    return -_portable_log(1 - type(like).rand(*like.shape, dtype=dtypes.float32, device=like.device))
 
 
 def _portable_log(v: Tensor) -> Tensor:
@@ -298,8 +292,6 @@ def _portable_cos_2pi(u: Tensor) -> Tensor:
 
 def _first_index_of_min(x: Tensor) -> Tensor:
     """The index of the first smallest value along the last axis (int32)."""
-    from glassgrad.tensor import Tensor
-
     n = x.shape[-1]
     is_min = x.eq(x.min(-1, keepdim=True))
-    return is_min.where(Tensor.arange(n, device=x.device), n).min(-1)
+    return is_min.where(_arange(n, x), n).min(-1)

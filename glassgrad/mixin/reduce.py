@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod as product
+from glassgrad.mixin.small_tensors import _arange
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.uop.ops import Ops, UOp
 
@@ -132,16 +133,9 @@ def _std_from_var(var: Tensor) -> Tensor:
     return var.eq(0).where(0, var).sqrt()
 
 
-def _positions(n: int, device: str, shape: tuple[int, ...]) -> Tensor:
-    """0 .. n-1 as int32, reshaped to `shape` (n along one dimension, 1 along the others)."""
-    from glassgrad.tensor import Tensor
-
-    return Tensor.arange(n, device=device).reshape(shape)
-
-
-def _lower_triangle(n: int, device: str) -> Tensor:
-    """mask[i, j] = j <= i: the elements that a cumulative op at i combines."""
-    return _positions(n, device, (n, 1)) >= _positions(n, device, (1, n))
+def _lower_triangle(n: int, like: Tensor) -> Tensor:
+    """mask[i, j] = j <= i: the elements that a cumulative op at i combines (on like's device)."""
+    return _arange(n, like).reshape(n, 1) >= _arange(n, like).reshape(1, n)
 
 
 def _pad_last(x: Tensor, before: int, after: int, value) -> Tensor:
@@ -156,9 +150,7 @@ class ReduceMixin:
 
     def _reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> Tensor:
         """One REDUCE_AXIS node over `axes`, kept as size-1 dims."""
-        from glassgrad.tensor import Tensor
-
-        return Tensor._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self)
+        return self._derived(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self)
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool, name: str) -> Tensor:
         axes = tuple(range(self.ndim)) if axis is None else tuple(
@@ -253,7 +245,7 @@ class ReduceMixin:
         n = x.shape[axis]
         is_max = x.eq(x._reduce(Ops.MAX, axis, True, op)) | _is_nan(x)  # NaN beats every number, as in PyTorch
         # n - i is largest for the first i: its max picks the first of the maxima
-        countdown = n - _positions(n, x.device, tuple(n if i == axis else 1 for i in range(x.ndim)))
+        countdown = n - _arange(n, x).reshape(tuple(n if i == axis else 1 for i in range(x.ndim)))
         first = n - is_max.where(countdown, 0)._reduce(Ops.MAX, axis, keepdim, op)
         return first if self.ndim else first.reshape(())
 
@@ -378,7 +370,7 @@ def _triangular(x: Tensor, op: str) -> Tensor:
     """out[..., i] = op(x[..., j] for j <= i), as one masked reduction over an (n, n) view: O(n^2) work."""
     n = x.shape[-1]
     rows = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
-    window = _lower_triangle(n, x.device).where(rows, _identity(x, op))
+    window = _lower_triangle(n, x).where(rows, _identity(x, op))
     return window.sum(-1) if op == "sum" else window.prod(-1)
 
 
@@ -400,13 +392,13 @@ def _cumulative(x: Tensor, op: str) -> Tensor:
 def _running_extreme(x: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     """For each i, the element of x[..., :i+1] of largest key and its int32 index (the last of ties and NaNs)."""
     n = x.shape[-1]
-    lower = _lower_triangle(n, x.device)
+    lower = _lower_triangle(n, x)
     rows = key.unsqueeze(-2).expand(*key.shape[:-1], n, n)  # [..., i, j]: key j, seen from position i
     running = lower.where(rows, dtypes.min(key.dtype))._reduce(Ops.MAX, (key.ndim,), True, "cummax")
     hits = lower & (rows.eq(running) | _is_nan(rows))
-    indices = hits.where(_positions(n, x.device, (1, n)), -1)._reduce(Ops.MAX, (key.ndim,), False, "cummax")
+    indices = hits.where(_arange(n, x).reshape((1, n)), -1)._reduce(Ops.MAX, (key.ndim,), False, "cummax")
     # the values are picked by index, so that the gradient goes to that one element as in PyTorch
-    one_hot = indices.unsqueeze(-1).eq(_positions(n, x.device, (1, n)))
+    one_hot = indices.unsqueeze(-1).eq(_arange(n, x).reshape((1, n)))
     return _sum_of_picked(one_hot, x.unsqueeze(-2)), indices
 
 
@@ -435,7 +427,7 @@ def _stable_ranks(x: Tensor, descending: bool) -> Tensor:
     n = x.shape[-1]
     mine, others = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, j]: element i against element j
     same = mine.eq(others) | (_is_nan(mine) & _is_nan(others))
-    earlier = _positions(n, x.device, (1, n)) < _positions(n, x.device, (n, 1))
+    earlier = _arange(n, x).reshape((1, n)) < _arange(n, x).reshape((n, 1))
     before = _comes_before(others, mine, descending) | (same & earlier)
     return before.cast(dtypes.int32)._reduce(Ops.ADD, (x.ndim,), False, "sort")
 
@@ -444,5 +436,5 @@ def _sorted(x: Tensor, descending: bool, count: int) -> tuple[Tensor, Tensor]:
     """The first `count` elements of the last dimension in stable sorted order, and their indices (int32)."""
     n = x.shape[-1]
     ranks = _stable_ranks(x, descending)
-    one_hot = ranks.unsqueeze(-2).eq(_positions(count, x.device, (count, 1)))  # [..., r, i]: element i has rank r
-    return _sum_of_picked(one_hot, x.unsqueeze(-2)), _sum_of_picked(one_hot, _positions(n, x.device, (1, n)))
+    one_hot = ranks.unsqueeze(-2).eq(_arange(count, x).reshape((count, 1)))  # [..., r, i]: element i has rank r
+    return _sum_of_picked(one_hot, x.unsqueeze(-2)), _sum_of_picked(one_hot, _arange(n, x).reshape((1, n)))

@@ -10,30 +10,24 @@ if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
 
-def _arange(n: int, device: str) -> Tensor:
-    from glassgrad.tensor import Tensor
+def _arange(n: int, like: Tensor) -> Tensor:
+    """0, 1, ..., n-1 on like's device."""
+    return type(like).arange(n, device=like.device)
 
-    return Tensor.arange(n, device=device)
 
-
-def _bool_ones(shape: tuple[int, ...], device: str) -> Tensor:
-    from glassgrad.tensor import Tensor
-
-    return Tensor.ones(shape, dtype=dtypes.bool, device=device)
+def _bool_ones(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """True everywhere, on like's device."""
+    return type(like).ones(shape, dtype=dtypes.bool, device=like.device)
 
 
 def _positions(t: Tensor, values: list[int]) -> Tensor:
     """A 1-d int32 index tensor on t's device."""
-    from glassgrad.tensor import Tensor
-
-    return Tensor(values, device=t.device, dtype=dtypes.int32) if values else _arange(0, t.device)
+    return type(t)(values, device=t.device, dtype=dtypes.int32) if values else _arange(0, t)
 
 
 def _full_like_scalar(t: Tensor, value: Any) -> Tensor:
     """A 0-d tensor of t's dtype and device: it broadcasts against anything."""
-    from glassgrad.tensor import Tensor
-
-    return Tensor(truncate(t.dtype, value), device=t.device, dtype=t.dtype)
+    return type(t)(truncate(t.dtype, value), device=t.device, dtype=t.dtype)
 
 
 def _masked_sum(mask: Tensor, values: Tensor, axis: int) -> Tensor:
