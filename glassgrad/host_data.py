@@ -15,8 +15,7 @@ from glassgrad.dtype import (
 )
 from glassgrad.engine.realize import buffer_of
 from glassgrad.helpers import prod
-from glassgrad.schedule.kernelize import new_buffer
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops, UOp, new_buffer
 
 
 def _device_node(device: str) -> UOp:

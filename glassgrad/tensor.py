@@ -14,7 +14,6 @@ from glassgrad.dtype import (
     truncate,
 )
 from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
@@ -48,13 +47,14 @@ from glassgrad.mixin import (
     ReduceMixin,
 )
 from glassgrad.mixin.elementwise import check_device_holds
+from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
-from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.shape import shape_arg
 from glassgrad.uop.check import CheckFailed
-from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.ops import GroupOp, Ops, UOp, fresh_unique, new_buffer
+from glassgrad.uop.view import chain_view
 
 
 class _GradSwitch:

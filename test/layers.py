@@ -3,8 +3,9 @@
 Every module belongs to one layer (LAYERS, bottom first; a module's own name listed beats a pattern: engine.jit is a
 frontend, the rest of engine/ is the engine). A
 module may import its own layer's modules and those of the layers its layer lists (MAY_IMPORT); every other arrow is
-forbidden. The rule covers every import of a glassgrad module: module-level, function-local and type-only (under
-`if TYPE_CHECKING:`). Two more checks keep the arrows honest:
+forbidden. The rule covers every import of a glassgrad module that runs, module-level or function-local. A type-only
+import (under `if TYPE_CHECKING:`) runs nothing: an annotation may name a class of any layer, to say what a function
+is given (a mixin's `self: Tensor`, a renderer's `Matmul`). Two more checks keep the arrows honest:
 - no cycle among module-level imports (type-only ones do not run, and do not count);
 - no function-local import that dodges a cycle: one whose module, imported at module level, would close a cycle.
 
@@ -140,9 +141,11 @@ def layer_of(module: str, layers: dict[str, tuple[str, ...]]) -> str | None:
 
 
 def layer_violations(found: list[Import], layers=LAYERS, may_import=MAY_IMPORT) -> list[str]:
-    """Each import whose arrow the rule forbids, or whose module has no layer."""
+    """Each import that runs whose arrow the rule forbids, or whose module has no layer."""
     bad = []
     for imp in found:
+        if imp.type_only:
+            continue
         source, target = layer_of(imp.source, layers), layer_of(imp.target, layers)
         if source is None or target is None:
             missing = imp.source if source is None else imp.target

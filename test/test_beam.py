@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import glassgrad.codegen.search as search
+import glassgrad.engine.beam as search
 from glassgrad import Context, Device, Tensor
 from glassgrad.codegen import get_program
 from glassgrad.engine import realize as engine
@@ -99,7 +99,7 @@ def test_a_candidate_that_fails_to_compile_is_not_chosen(fresh_cache, monkeypatc
             raise RuntimeError("compiler error")
         return real(ast, renderer, opts)
 
-    monkeypatch.setattr("glassgrad.codegen.get_program", broken)
+    monkeypatch.setattr(search, "get_program", broken)
     chosen = search.beam_search(item.ast, "CPU", 1)
     assert not chosen or chosen[0].op != "UNROLL"
     program = real(item.ast, Device["CPU"].renderer, chosen)

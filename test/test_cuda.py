@@ -296,7 +296,7 @@ def test_shared_reductions_of_ints_bools_nan_and_several_accumulators():
 def _jit_runs(fn, inputs: list[tuple[np.ndarray, ...]], graph: bool) -> tuple[list[np.ndarray], TinyJit, int]:
     """fn under TinyJit on each input set, with or without graphs: the outputs, the jit, the graph launches."""
     from glassgrad import Context
-    from glassgrad.runtime.cuda_graph import CUDAGraph
+    from glassgrad.engine.cuda_graph import CUDAGraph
 
     jitted, launches = TinyJit(fn), CUDAGraph.launches
     with Context(JIT_GRAPH=int(graph)):
@@ -370,8 +370,8 @@ def test_a_jitted_training_step_trains_the_same_with_and_without_graphs():
 
 @needs_gpu
 def test_a_graph_holds_copies_within_the_gpu_and_updates_them():
+    from glassgrad.engine.cuda_graph import graph_for
     from glassgrad.engine.realize import CopyRunner, ExecItem
-    from glassgrad.runtime.cuda_graph import graph_for
 
     data = [random_array((1000,), seed=s) for s in range(3)]
     src = [Buffer("CUDA", 1000, dtypes.float32).copyin(d.tobytes()) for d in data]

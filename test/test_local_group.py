@@ -192,7 +192,7 @@ def test_heuristics_group_a_whole_sum_and_leave_other_kernels_to_one_thread_each
 
 
 def test_a_candidate_that_fails_to_launch_is_timed_as_never_finishing(monkeypatch):
-    import glassgrad.codegen.search as search
+    import glassgrad.engine.beam as search
 
     item, _ = kernel_under_test("row_sum", "CPU")
     timer = search.Timer(item.ast, "CPU")
@@ -257,7 +257,7 @@ def test_debug_3_lists_the_group_on_the_gpu(capsys):
 
 @needs_gpu
 def test_beam_on_the_gpu_offers_local_and_group_and_keeps_results(tmp_path, monkeypatch):
-    import glassgrad.codegen.search as search
+    import glassgrad.engine.beam as search
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     item, expected = kernel_under_test("column_sum")

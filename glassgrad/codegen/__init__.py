@@ -11,7 +11,7 @@ from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel
 from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
 from glassgrad.codegen.vectorize import vectorize
-from glassgrad.helpers import BEAM, NOOPT, colored, prod
+from glassgrad.helpers import NOOPT, colored, prod
 from glassgrad.renderer import Renderer
 from glassgrad.uop.check import Check, records_failure
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -36,14 +36,11 @@ class ProgramSpec:
 
 
 def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
-    """The optimization actions a kernel gets: none with NOOPT=1, a BEAM search's with BEAM=N, else the heuristics."""
+    """The optimization actions a kernel gets: none with NOOPT=1, else tensor cores or the heuristics (a BEAM=N search,
+    engine/beam.py, times candidates on the device and passes its choice in as `opts`)."""
     check_kernel_ast(ast, "choose_opts")
     if NOOPT:
         return ()
-    if BEAM >= 1 and renderer is not None and renderer.device:
-        from glassgrad.codegen.search import beam_search
-
-        return beam_search(ast, renderer.device, int(BEAM))
     from glassgrad.codegen.tensor_cores import tensor_core_opts
 
     if tensor_cores := tensor_core_opts(ast, renderer):  # a float16/bfloat16 matrix product the tile divides

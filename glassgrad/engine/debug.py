@@ -1,4 +1,4 @@
-"""What DEBUG=2 prints as kernels and copies run, the summary it prints at exit, and the hooks VIZ=1 records through."""
+"""What DEBUG=2 prints as kernels and copies run, and the summary it prints at exit."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ import atexit
 import re
 from dataclasses import dataclass
 
-from glassgrad.codegen import ProgramSpec, get_program
-from glassgrad.engine.counters import GlobalCounters
-from glassgrad.helpers import DEBUG, VIZ, colored, use_color
-from glassgrad.renderer import Renderer
-from glassgrad.uop.ops import UOp
-from glassgrad.viz import recorder
+from glassgrad.codegen import ProgramSpec
+from glassgrad.helpers import DEBUG, colored, use_color
+from glassgrad.runtime.counters import GlobalCounters
 
 SLOWEST_SHOWN = 10
 NAME_WIDTH = 24
@@ -122,18 +119,3 @@ def reset_summary() -> None:
     """Forget the kernels and copies counted so far."""
     _kernels.clear()
     _copies.runs, _copies.seconds, _copies.mem = 0, 0.0, 0
-
-
-def get_program_recorded(device: str, ast: UOp, renderer: Renderer) -> ProgramSpec:
-    """get_program, with the kernel and the rewrites that made it recorded when VIZ=1."""
-    with recorder.compiling(device, ast) as kernel:
-        spec = get_program(ast, renderer)
-        if kernel is not None:
-            kernel.spec = spec
-    return spec
-
-
-if VIZ:
-    from glassgrad import viz
-
-    viz.start()

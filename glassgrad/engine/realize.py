@@ -8,16 +8,21 @@ import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
-from glassgrad.codegen import ProgramSpec
+from glassgrad import viz
+from glassgrad.codegen import ProgramSpec, get_program
+from glassgrad.engine.beam import beam_opts
 from glassgrad.engine.checks import error_buffer, raise_failed_checks
-from glassgrad.engine.counters import GlobalCounters
-from glassgrad.engine.debug import copy_ran, get_program_recorded, kernel_ran
+from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, VIZ
+from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
+
+if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
+    viz.start()
 
 # The memory behind each BUFFER node lives exactly as long as the node does.
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
@@ -94,7 +99,10 @@ def _program_spec(device: str, ast: UOp) -> ProgramSpec:
     """Optimize, lower and render one kernel (DEBUG=3 prints its actions and source, DEBUG=4 its AST and program)."""
     if DEBUG >= 4:
         print(f"--- kernel AST ---\n{ast}")
-    spec = get_program_recorded(device, ast, Device[device].renderer)
+    with viz.recorder.compiling(device, ast) as kernel:  # VIZ=1 lists the rewrites made here under this kernel
+        spec = get_program(ast, Device[device].renderer, beam_opts(ast, device))
+        if kernel is not None:
+            kernel.spec = spec
     if DEBUG >= 4:
         print(
             "--- linear program ---\n"

@@ -15,6 +15,7 @@ from typing import Any
 from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import DType
 from glassgrad.helpers import getenv
+from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.out_of_memory import OutOfMemoryError, host_bytes
 
 
@@ -190,8 +191,6 @@ class Buffer:
         if self._base is not None:
             self._base.ensure_allocated()
         elif self._handle is None:
-            from glassgrad.engine.counters import GlobalCounters
-
             try:
                 self._handle = Device[self.device].allocator.alloc(self.nbytes)
             except (MemoryError, OverflowError, OSError) as e:  # OSError: a mapping refused (ENOMEM); others rise
@@ -234,8 +233,6 @@ class Buffer:
 
     def _free(self) -> None:
         if self._handle is not None:
-            from glassgrad.engine.counters import GlobalCounters
-
             GlobalCounters.mem_used -= self.nbytes
             Device[self.device].allocator.free(self._handle, self.nbytes)
             self._handle = None

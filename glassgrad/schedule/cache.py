@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT
 from glassgrad.schedule import ScheduleItem, schedule_assigns, schedule_item
-from glassgrad.schedule.kernelize import fresh_unique, kernelize
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.schedule.kernelize import kernelize
+from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
 CACHE_SIZE = 64  # graphs remembered; a program has few shapes of graph that it realizes over and over
 stats = {"hits": 0, "misses": 0}

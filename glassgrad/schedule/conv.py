@@ -24,6 +24,7 @@ from glassgrad.helpers import NOOPT, prod
 from glassgrad.schedule.pack import movement, on_devices
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
+from glassgrad.uop.view import chain_view
 
 WINDOW_DEVICES = ("CPU",)  # devices whose kernels are C loops that a mask test per load keeps from vectorizing
 WINDOW_DTYPES = (dtypes.float32, dtypes.float64)
@@ -77,8 +78,6 @@ def buffer_padded_windows(reduce: UOp) -> UOp | None:
 
 def _strides(x: UOp) -> tuple[int, ...] | None:
     """The strides of a movement chain over its base when one view holds it, else None."""
-    from glassgrad.schedule.kernelize import chain_view
-
     views = chain_view(x).views
     return views[0].strides if len(views) == 1 and views[0].mask is None else None
 

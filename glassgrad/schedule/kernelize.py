@@ -7,7 +7,6 @@ Everything else fuses into the kernel of the realized node above it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,21 +15,9 @@ from glassgrad.helpers import prod
 from glassgrad.schedule.conv import window_buffers
 from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.schedule.pack import operand_twins, pack_panels
-from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
-from glassgrad.uop.view import ShapeTracker
-
-_unique_ids = itertools.count(1 << 20)
-
-
-def fresh_unique() -> UOp:
-    """A node unlike any other: it keeps two otherwise identical nodes apart (two buffers, two copies)."""
-    return UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
-
-
-def new_buffer(device: str, size: int, dtype) -> UOp:
-    """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
-    return UOp(Ops.BUFFER, dtype, (fresh_unique(), UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+from glassgrad.uop.view import ShapeTracker, apply_movement, chain_view
 
 
 @dataclass(frozen=True)
@@ -260,23 +247,12 @@ def _load(ctx: dict[UOp, int], node: UOp) -> UOp:
     return UOp(Ops.LOAD, buffer.dtype, (glob, view))
 
 
-def _apply_movement(st: ShapeTracker, mv: UOp) -> ShapeTracker:
-    return getattr(st, mv.op.name.lower())(mv.arg)
-
-
-def chain_view(node: UOp) -> ShapeTracker:
-    """The ShapeTracker of a chain of movement ops over a buffer, as seen from the buffer's flat data."""
-    if node.op not in GroupOp.Movement:
-        return ShapeTracker.from_shape(node.shape)
-    return _apply_movement(chain_view(node.src[0]), node)
-
-
 def _view_of(x: UOp, mv: UOp) -> UOp:
-    return UOp(Ops.VIEW, x.dtype, (x,), _apply_movement(ShapeTracker.from_shape(x.shape), mv))
+    return UOp(Ops.VIEW, x.dtype, (x,), apply_movement(ShapeTracker.from_shape(x.shape), mv))
 
 
 def _move_view(v: UOp, mv: UOp) -> UOp:
-    return v.replace(arg=_apply_movement(v.arg, mv))
+    return v.replace(arg=apply_movement(v.arg, mv))
 
 
 def _move_load(ld: UOp, mv: UOp) -> UOp:

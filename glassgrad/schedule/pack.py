@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops, UOp, fresh_unique
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
 PANEL_BYTES = 128  # a panel row: the two 64-byte vectors of the CPU's register block (codegen/heuristics.py)
@@ -38,8 +38,6 @@ def on_devices(node: UOp, names: tuple[str, ...]) -> bool:
 
 
 def _contiguous(x: UOp) -> UOp:
-    from glassgrad.schedule.kernelize import fresh_unique
-
     return UOp(Ops.CONTIGUOUS, x.dtype, (x, fresh_unique()))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import enum
+import itertools
 import math
 import weakref
 from collections.abc import Callable
@@ -10,98 +10,8 @@ from typing import Any
 
 from glassgrad.dtype import DType, dtypes, truncate
 from glassgrad.helpers import prod
-
-
-class Ops(enum.Enum):
-    """Every kind of UOp, grouped as in docs/architecture.md."""
-
-    __hash__ = object.__hash__  # members are singletons; Enum's own hash is a Python call on every dict lookup
-
-    # buffers and data
-    UNIQUE = enum.auto()
-    DEVICE = enum.auto()
-    BUFFER = enum.auto()
-    CONST = enum.auto()
-    COPY = enum.auto()
-    ASSIGN = enum.auto()
-    CONTIGUOUS = enum.auto()
-    DETACH = enum.auto()
-    VIEW = enum.auto()
-    VALID = enum.auto()
-    ARANGE = enum.auto()  # the index of each element, 0 .. n-1: the one source of position-dependent values
-    KERNEL = enum.auto()
-    CHECK = enum.auto()  # a value that must meet a condition (uop/check.py), tested where a kernel computes it
-    # elementwise, one input
-    NEG = enum.auto()
-    EXP2 = enum.auto()
-    LOG2 = enum.auto()
-    SIN = enum.auto()
-    SQRT = enum.auto()
-    RECIP = enum.auto()
-    CAST = enum.auto()
-    BITCAST = enum.auto()
-    TRUNC = enum.auto()
-    # elementwise, two inputs
-    ADD = enum.auto()
-    MUL = enum.auto()
-    IDIV = enum.auto()
-    MOD = enum.auto()
-    MAX = enum.auto()
-    CMPLT = enum.auto()
-    CMPNE = enum.auto()
-    AND = enum.auto()
-    OR = enum.auto()
-    XOR = enum.auto()
-    SHL = enum.auto()
-    SHR = enum.auto()
-    # elementwise, three inputs
-    WHERE = enum.auto()
-    MULACC = enum.auto()
-    # reduce
-    REDUCE_AXIS = enum.auto()
-    # movement (zero-copy)
-    RESHAPE = enum.auto()
-    PERMUTE = enum.auto()
-    EXPAND = enum.auto()
-    PAD = enum.auto()
-    SHRINK = enum.auto()
-    FLIP = enum.auto()
-    # kernel and program
-    SINK = enum.auto()
-    STORE = enum.auto()
-    LOAD = enum.auto()
-    INDEX = enum.auto()
-    RANGE = enum.auto()
-    ENDRANGE = enum.auto()
-    REDUCE = enum.auto()
-    DEFINE_GLOBAL = enum.auto()
-    DEFINE_LOCAL = enum.auto()
-    DEFINE_ACC = enum.auto()
-    SPECIAL = enum.auto()
-    VECTORIZE = enum.auto()
-    GEP = enum.auto()
-    BARRIER = enum.auto()
-    IF = enum.auto()
-    ENDIF = enum.auto()
-    WMMA = enum.auto()
-    NOOP = enum.auto()
-
-    def __repr__(self) -> str:
-        return f"Ops.{self.name}"
-
-
-class GroupOp:
-    """Sets of Ops that rules and passes treat alike."""
-
-    Unary = frozenset({Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC})
-    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
-                        Ops.SHL, Ops.SHR})  # fmt: skip
-    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
-    ALU = Unary | Binary | Ternary
-    Elementwise = ALU | {Ops.CAST, Ops.BITCAST, Ops.CHECK}  # CHECK: the identity, with a test on the side
-    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
-    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+from glassgrad.uop.opcodes import GroupOp, Ops
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite  # noqa: F401  (the seed import path)
 
 
 class _computed_once:
@@ -415,4 +325,14 @@ def _arg_repr(arg: Any) -> str:
     return repr(arg)
 
 
-from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite  # noqa: E402,F401  (seed import path)
+_unique_ids = itertools.count(1 << 20)
+
+
+def fresh_unique() -> UOp:
+    """A node unlike any other: it keeps two otherwise identical nodes apart (two buffers, two copies)."""
+    return UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
+
+
+def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
+    return UOp(Ops.BUFFER, dtype, (fresh_unique(), UOp(Ops.DEVICE, dtypes.void, (), device)), size)

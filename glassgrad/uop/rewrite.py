@@ -5,10 +5,13 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType
-from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.opcodes import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from glassgrad.uop.ops import UOp
 
 
 class UPat:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import simplify
 
 Range = tuple[int, int]  # [lo, hi) along one dim
@@ -439,3 +439,15 @@ def _compose(lower: View, upper: View) -> View | None:
     first_address = lower.offset + sum(c * st for c, st in zip(base, lower.strides, strict=True))
     offset = first_address - sum(i * st for i, st in zip(first, strides, strict=True))
     return View.create(upper.shape, strides, offset, new_ranges)
+
+
+def apply_movement(st: ShapeTracker, mv: UOp) -> ShapeTracker:
+    """The tracker with the movement op `mv` applied (RESHAPE -> st.reshape(arg), ...)."""
+    return getattr(st, mv.op.name.lower())(mv.arg)
+
+
+def chain_view(node: UOp) -> ShapeTracker:
+    """The ShapeTracker of a chain of movement ops over a buffer, as seen from the buffer's flat data."""
+    if node.op not in GroupOp.Movement:
+        return ShapeTracker.from_shape(node.shape)
+    return apply_movement(chain_view(node.src[0]), node)

@@ -8,7 +8,7 @@ from glassgrad.viz import recorder
 
 
 def start() -> None:
-    """Record from now on, and serve the page on 127.0.0.1 when the program ends (engine/debug.py calls this)."""
+    """Record from now on, and serve the page on 127.0.0.1 when the program ends (engine/realize.py, under VIZ=1)."""
     if recorder.recorder is None:
         atexit.register(_serve_at_exit, recorder.start())
 

@@ -15,7 +15,7 @@ ARG_WIDTH, ARG_LINES = 40, 4
 
 # Fill colors by what a node does: memory, loops, math, views, constants, structure.
 _FILLS = [
-    ({Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.DEFINE_ACC, Ops.DEFINE_LOCAL, Ops.UNIQUE, Ops.DEVICE}, "#b0bdff"),
+    ({Ops.BUFFER, Ops.DEFINE_GLOBAL, Ops.DEFINE_ACC, Ops.UNIQUE, Ops.DEVICE}, "#b0bdff"),
     ({Ops.LOAD, Ops.STORE, Ops.INDEX, Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS}, "#ffc0c0"),
     ({Ops.RANGE, Ops.ENDRANGE, Ops.REDUCE, Ops.REDUCE_AXIS}, "#e0c0ff"),
     (GroupOp.Elementwise, "#ffffc0"),

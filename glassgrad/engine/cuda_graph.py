@@ -14,7 +14,9 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping, Sequence
 
+from glassgrad.engine.realize import CopyRunner
 from glassgrad.helpers import ContextVar
+from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device
 from glassgrad.runtime.ops_cuda import CudaDevice, CUDAProgram, EventTimer, cu, kernel_params, launch_dims
 
@@ -53,8 +55,6 @@ def _is_kernel(item) -> bool:
 
 def _graph_device(items: Sequence, bufs: Sequence[Sequence[Buffer]]) -> CudaDevice | None:
     """The one CUDA device every item runs on (a kernel's, or both ends of a copy), else None."""
-    from glassgrad.engine.realize import CopyRunner
-
     devices = {}  # by id: a device compares by name, not by hash
     for item, item_bufs in zip(items, bufs):
         if _is_kernel(item):
@@ -129,8 +129,6 @@ class CUDAGraph:
 
     def _count(self, seconds: float | None) -> None:
         """GlobalCounters as a kernel-by-kernel replay would count; DEBUG>=2 prints one line for the whole graph."""
-        from glassgrad.engine.counters import GlobalCounters
-
         ops, mem = self.ops_and_mem
         GlobalCounters.kernel_count += len(self.kernels)
         GlobalCounters.global_ops += ops
