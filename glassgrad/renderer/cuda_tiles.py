@@ -1,0 +1,385 @@
+"""What every tiled matrix-product kernel for NVIDIA GPUs shares (renderer/cuda_tc.py, cuda_wgmma.py, cuda_simt.py).
+
+- Which output tile a block computes (`tile_lines`): blocks take the batch entries in turn, and in each the tiles
+  GROUP_M rows at a time, so that the panels they read stay in L2. Tiles at the edges run past the output; their
+  extra rows and columns are computed from zeros and not stored.
+- How one step of an operand's tile (rows x bk) goes from global to shared memory (`OperandCopy`), in one of three
+  ways, the fastest the operand allows:
+  - `cp.async` of 16-byte chunks, STAGES steps ahead of the math, where the operand is one input that lies in memory
+    as the shared layout wants it (its rows or its k's contiguous) and 16 bytes aligned; chunks past the edge read
+    fewer bytes (the rest zero-filled);
+  - through registers, 16-byte chunks along its contiguous axis, where it is one input not 16-byte aligned (two
+    aligned loads, shifted: a 50257-column matrix's rows start anywhere) or laid out the other way (each chunk's
+    elements then go to their own lines);
+  - through registers element by element, computing the prologue (casts, scales, masks over any number of inputs
+    and views) with the operand's row, k and batch entry as variables.
+  The register copies load one step ahead of where they store, so their loads are in flight under the math.
+- How the shared memory of a stage is laid out (`TileLayout`): k-major (a line per row, along k) or row-major (a line
+  per k, along the rows), 16-byte chunks placed by each kernel's own rule (a swizzle, or padding).
+- The epilogue, the kernel's own ops after the sum, written once for one accumulator (`EpilogueWriter`) with the
+  accumulator's row, column and batch entry as variables, and stored only inside the output.
+
+All the copy instructions are inline PTX, so NVRTC needs no header.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
+from glassgrad.uop.ops import Ops, UOp
+
+if TYPE_CHECKING:
+    from glassgrad.codegen.tensor_cores import Matmul, Operand, Prologue, Strided
+
+GROUP_M = 8  # blocks go through the output GROUP_M tile rows at a time, so that the panels they read stay in L2
+INDEX_REGISTERS = 56  # registers a tiled kernel's addresses, loop counters and copies' index math take (ptxas -v)
+ELEMENT_STAGING = 8  # elements a thread computes ahead at most (each holds its own index math in registers)
+
+COPY_HELPERS = [
+    "static inline unsigned gg_smem(const void* p) { unsigned a;"
+    ' asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }',
+    "// 16 bytes global -> shared, of which `bytes` are read and the rest zero-filled",
+    "static inline void gg_cp_async16(unsigned dst, const void* src, unsigned bytes) {"
+    ' asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(bytes)); }',
+    'static inline void gg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }',
+    "template <int N> static inline void gg_cp_async_wait() {"
+    ' asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }',
+    "// `bytes` (up to 16) from any address: the aligned 16-byte pieces around them, shifted",
+    "static inline uint4 gg_loadu(const void* p, unsigned bytes) {"
+    " const unsigned long long a = (unsigned long long)p; const unsigned s = (unsigned)a & 15u;"
+    " const uint4* q = (const uint4*)(a - s); const uint4 lo = q[0], hi = s + bytes > 16 ? q[1] : lo;"
+    " unsigned w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, w6 = hi.z, w7 = hi.w;"
+    " if (s & 8) { w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7; }"
+    " if (s & 4) { w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5; }"
+    " const unsigned b = (s & 3) * 8;"
+    " return make_uint4(__funnelshift_r(w0, w1, b), __funnelshift_r(w1, w2, b), __funnelshift_r(w2, w3, b),"
+    " __funnelshift_r(w3, w4, b)); }",
+    "static inline uint4 gg_load8(const void* p) {"
+    " const uint2 v = *(const uint2*)p; return make_uint4(v.x, v.y, 0u, 0u); }",
+    "// the first n elements of a chunk at p (an edge of the matrix), the rest zero",
+    "static inline uint4 gg_load_part(const unsigned short* p, int n) { unsigned w[4];"
+    " for (int i = 0; i < 4; i++)"
+    " w[i] = (2*i < n ? (unsigned)p[2*i] : 0u) | (2*i+1 < n ? (unsigned)p[2*i+1] << 16 : 0u);"
+    " return make_uint4(w[0], w[1], w[2], w[3]); }",
+    "static inline uint4 gg_load_part(const float* p, int n) { unsigned w[4];"
+    " for (int i = 0; i < 4; i++) w[i] = i < n ? __float_as_uint(p[i]) : 0u;"
+    " return make_uint4(w[0], w[1], w[2], w[3]); }",
+]  # fmt: skip
+
+
+class TileLayout:
+    """One stage of an operand's tile (rows x bk elements of `size` bytes) in shared memory: k-major (a line per row,
+    along k) or row-major (a line per k, along the rows), in 16-byte chunks; a subclass places the chunks."""
+
+    def __init__(self, rows: int, bk: int, size: int, k_major: bool):
+        self.rows, self.bk, self.size, self.k_major = rows, bk, size, k_major
+        self.chunk = 16 // size  # elements in a chunk
+        self.line_elems, self.lines = (bk, rows) if k_major else (rows, bk)
+        self.chunks_per_line = self.line_elems // self.chunk
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows * self.bk * self.size
+
+    def offset(self, line: str, chunk: str) -> str:
+        """The C expression of the byte offset in a stage of chunk `chunk` of line `line`."""
+        raise NotImplementedError
+
+    def element_offset(self, row: str, k: str) -> str:
+        """The C expression of the byte offset in a stage of the element at (row, k) of the tile."""
+        line, along = (row, k) if self.k_major else (k, row)
+        return f"{self.offset(line, f'({along})/{self.chunk}')} + (({along})%{self.chunk})*{self.size}"
+
+
+def strided_origin(strided: Strided, batch_shape: tuple[int, ...], row0: str, buffer: str) -> str:
+    """The C expression of the address of the element at (the block's batch entry, row0, k = 0)."""
+    terms, inner = [str(strided.offset)], 1
+    for size, stride in reversed(list(zip(batch_shape, strided.batch_strides))):
+        if stride:
+            terms.append(f"(long long)((gg_batch/{inner})%{size})*{stride}")
+        inner *= size
+    return f"{buffer} + ({' + '.join(terms)}) + (long long)({row0})*{strided.row_stride}"
+
+
+class OperandCopy:
+    """How one operand's tile of a step reaches shared memory (the module's docstring lists the ways).
+
+    The kernel writes `declare()` once, `prefetch(kt)` where the loads of step kt may start (nothing for cp.async
+    or a copy too large to stage in registers) and `commit(kt, stage)` where step kt's copy into `stage` may be
+    issued or stored; `name` is A or B, and the kernel declares g<name> (the strided operand's origin), p<name> (the
+    shared tile, a pointer) and s<name> (its shared-memory address). Modes: "async" (cp.async), "chunk" (one input's
+    16-byte chunks through registers), "vector" (a prologue on 16-byte chunks, its inputs loaded side by side),
+    "element" (a prologue element by element)."""
+
+    def __init__(self, renderer: CStyleRenderer, name: str, operand: Operand, prologue: Prologue, layout: TileLayout,
+                 threads: int, k: int, value_type: str, row0: str, registers: int):  # fmt: skip
+        self.renderer, self.name, self.operand, self.layout, self.threads = renderer, name, operand, layout, threads
+        self.k, self.row0, self.value_type, self.prologue = k, row0, value_type, prologue
+        self.chunk, self.size = layout.chunk, layout.size
+        strided = operand.strided
+        self.contiguous_k = strided.k_stride == 1 if strided is not None else operand.k_fast
+        self.aligned = False
+        if strided is not None and (strided.k_stride == 1 or strided.row_stride == 1):
+            other = strided.row_stride if self.contiguous_k else strided.k_stride
+            self.aligned = all(x % self.chunk == 0 for x in (other, strided.offset, *strided.batch_strides))
+            self.mode = "async" if self.aligned and self.contiguous_k == layout.k_major else "chunk"
+        else:
+            self.mode = "vector" if prologue.chunk is not None else "element"
+        self.element = epilogue_writer(renderer, "prologue", prologue.element)
+        elements = layout.rows * layout.bk
+        per_copy = 1 if self.mode == "element" else self.chunk
+        assert elements % (per_copy * threads) == 0, "each thread copies whole chunks of every step"
+        self.copies = elements // per_copy // threads
+        self.words = 0 if self.mode == "async" else self.copies * (1 if self.mode == "element" else 4)
+        self.staged = 0 < self.words <= registers and (self.mode != "element" or self.copies <= ELEMENT_STAGING)
+
+    @property
+    def register_type(self) -> str:
+        return self.value_type if self.mode == "element" else "uint4"
+
+    def declare(self) -> list[str]:
+        if not self.staged:
+            return []
+        return [f"{self.register_type} r{self.name}[{self.copies}];  // the next step's {self.name}, on its way"]
+
+    def prefetch(self, kt: str) -> list[str]:
+        return self._loop(self._load(kt, f"r{self.name}[i]") if self.staged else [])
+
+    def commit(self, kt: str, stage: str) -> list[str]:
+        if self.mode == "async":
+            return self._loop(self._async(kt, stage))
+        if self.staged:
+            return self._loop(self._store(stage, f"r{self.name}[i]"))
+        return self._loop([f"{self.register_type} v;", *self._load(kt, "v"), *self._store(stage, "v")])
+
+    def _loop(self, body: list[str]) -> list[str]:
+        if not body:
+            return []
+        return ["#pragma unroll", f"for (int i = 0; i < {self.copies}; i++) {{", *self._piece(),
+                *("  " + line for line in body), "}"]  # fmt: skip
+
+    def _piece(self) -> list[str]:
+        """This thread's i-th piece: its row r and k kk in the tile (of a chunk: its first element). Neighbouring
+        threads take neighbouring pieces along the contiguous axis (for a prologue: the one its loads move least)."""
+        line = f"  const int piece = threadIdx.x + i*{self.threads};"
+        per = 1 if self.mode == "element" else self.chunk
+        along = (self.layout.bk if self.contiguous_k else self.layout.rows) // per  # pieces along a contiguous line
+        if self.contiguous_k:
+            return [line, f"  const int r = piece/{along}, kk = piece%{along}*{per};"]
+        return [line, f"  const int r = piece%{along}*{per}, kk = piece/{along};"]
+
+    def _valid(self, kt: str) -> str:
+        """Elements of this chunk inside the operand (0 .. chunk): it may cross the edge of its contiguous axis."""
+        rows, bk, ch = self.operand.rows, self.layout.bk, self.chunk
+        if self.contiguous_k:
+            return f"({self.row0} + r < {rows} ? min(max({self.k} - (({kt})*{bk} + kk), 0), {ch}) : 0)"
+        return f"(({kt})*{bk} + kk < {self.k} ? min(max({rows} - {self.row0} - r, 0), {ch}) : 0)"
+
+    def _source(self, kt: str) -> str:
+        strided = self.operand.strided
+        return f"g{self.name} + r*{strided.row_stride} + (({kt})*{self.layout.bk} + kk)*{strided.k_stride}"
+
+    def _async(self, kt: str, stage: str) -> list[str]:
+        target = f"s{self.name} + ({stage})*{self.layout.stage_bytes} + {self.layout.element_offset('r', 'kk')}"
+        return [f"const int n = {self._valid(kt)};",
+                f"gg_cp_async16({target}, n ? {self._source(kt)} : g{self.name}, n*{self.size});"]  # fmt: skip
+
+    def _load(self, kt: str, into: str) -> list[str]:
+        if self.mode == "chunk":
+            full = f"*(const uint4*)({self._source(kt)})" if self.aligned else f"gg_loadu({self._source(kt)}, 16)"
+            return [f"const int n = {self._valid(kt)};",
+                    f"{into} = n == {self.chunk} ? {full} : gg_load_part({self._source(kt)}, n);"]  # fmt: skip
+        position = f"const int gg_r = {self.row0} + r, gg_k = ({kt})*{self.layout.bk} + kk;"
+        if self.mode == "element":
+            return [f"{into} = {self._zero()};", f"{{ {position}", *self._element(into), "}"]
+        ch, rows, k = self.chunk, self.operand.rows, self.k
+        full = f"at_r < {rows} && at_k + {ch} <= {k}" if self.contiguous_k else f"at_k < {k} && at_r + {ch} <= {rows}"
+        lanes = [f"lane{j}" for j in range(ch)]
+        edge = []  # a chunk across the operand's edge: lane by lane, each inside or zero
+        for j, lane in enumerate(lanes):
+            at = ("at_r", f"at_k + {j}") if self.contiguous_k else (f"at_r + {j}", "at_k")
+            edge += [f"{{ const int gg_r = {at[0]}, gg_k = {at[1]};", *self._element(lane), "}"]
+        position = position.replace("gg_r", "at_r").replace("gg_k", "at_k")  # the chunk's first element
+        return [f"{{ {position}", f"  {self.value_type} {', '.join(f'{x} = {self._zero()}' for x in lanes)};",
+                f"  if ({full}) {{", *("    " + line for line in self._vector()), "  } else {",
+                *("    " + line for line in edge), "  }", f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
+
+    def _zero(self) -> str:
+        return "0.0f" if self.value_type == "float" else f"({self.value_type})0"
+
+    def _element(self, into: str) -> list[str]:
+        """The prologue at (gg_r, gg_k) into `into`, where that element is inside the operand."""
+        return [f"  if (gg_r < {self.operand.rows} && gg_k < {self.k}) {{", *("  " + x for x in self.element.lines),
+                f"    {into} = {self.element.value};", "  }"]  # fmt: skip
+
+    def _vector(self) -> list[str]:
+        """A whole chunk of the prologue (lane0 ...): its inputs' vector loads, then each lane's value."""
+        prologue, chunk = self.prologue, self.prologue.chunk
+        addresses = epilogue_writer(self.renderer, "addresses", prologue.addresses)
+        values = epilogue_writer(self.renderer, "lanes", prologue.lanes)
+        along = "at_k" if chunk.along_k else "at_r"
+        lines = [f"const int gg_r = at_r, gg_k = at_k, gg_q = {along}/{chunk.lanes};", *addresses.lines]
+        for i, load in enumerate(chunk.loads):
+            dtype = load.index.dtype.base
+            nbytes, buffer = chunk.lanes * dtype.itemsize, addresses.names[load.index.src[0]]
+            address = f"(const unsigned char*)({buffer} + {addresses.names[prologue.names[f'index{i}']]})"
+            gate = addresses.names[prologue.names[f"gate{i}"]] if f"gate{i}" in prologue.names else "true"
+            for piece in range(-(-nbytes // 16)):
+                at, size = f"{address} + {16 * piece}", min(16, nbytes)
+                fetch = (f"*(const uint4*)({at})" if size == 16 else f"gg_load8({at})") if load.aligned else \
+                    f"gg_loadu({at}, {size})"  # fmt: skip
+                lines.append(f"const uint4 {load.name}_w{piece} = {gate} ? {fetch} : make_uint4(0u, 0u, 0u, 0u);")
+            for j in range(chunk.lanes):
+                byte = j * dtype.itemsize
+                word = f"{load.name}_w{byte // 16}.{'xyzw'[byte % 16 // 4]}"
+                lane = (
+                    f"(unsigned short)({word} >> {8 * (byte % 4)})"
+                    if dtype.itemsize == 2
+                    else f"__uint_as_float({word})"
+                )
+                lines.append(f"const {self.renderer.type_name(dtype)} {load.name}_{j} = {lane};")
+        lanes = [values.names[prologue.names[f"value{j}"]] for j in range(chunk.lanes)]
+        return [*lines, "{", *values.lines, *(f"  lane{j} = {x};" for j, x in enumerate(lanes)), "}"]
+
+    def _pack(self, lanes: list[str]) -> str:
+        if self.size == 4:
+            return f"make_uint4({', '.join(f'__float_as_uint({x})' for x in lanes)})"
+        return f"make_uint4({', '.join(f'{a} | (unsigned){b} << 16' for a, b in zip(lanes[::2], lanes[1::2]))})"
+
+    def _store(self, stage: str, value: str) -> list[str]:
+        base = f"p{self.name} + ({stage})*{self.layout.stage_bytes}"
+        if self.mode == "element":
+            return [f"*({self.value_type}*)({base} + {self.layout.element_offset('r', 'kk')}) = {value};"]
+        if self.contiguous_k == self.layout.k_major:  # the chunk is one chunk of a line
+            return [f"*(uint4*)({base} + {self.layout.element_offset('r', 'kk')}) = {value};"]
+        lines, words = [], ("x", "y", "z", "w")  # each element to its own line
+        for e in range(self.chunk):
+            row, k = ("r", f"kk + {e}") if self.contiguous_k else (f"r + {e}", "kk")
+            if self.size == 2:
+                element = f"(unsigned short)({value}.{words[e // 2]} >> {16 * (e % 2)})"
+                lines.append(f"*(unsigned short*)({base} + {self.layout.element_offset(row, k)}) = {element};")
+            else:
+                lines.append(f"*(unsigned*)({base} + {self.layout.element_offset(row, k)}) = {value}.{words[e]};")
+        return lines
+
+
+class EpilogueWriter(CKernelWriter):
+    """The C writer of a prologue or the epilogue; its SPECIAL variables are the kernel's own (the accumulator and its
+    position, an operand's position). `value` names the program's last UOp (an operand's value)."""
+
+    def alu(self, u: UOp) -> None:
+        if u.op is Ops.SPECIAL:
+            self.names[u] = u.arg[0]
+        else:
+            super().alu(u)
+
+    @property
+    def value(self) -> str:
+        return self.names[self.program[-1]]
+
+
+def epilogue_writer(renderer: CStyleRenderer, name: str, program: list[UOp]) -> EpilogueWriter:
+    """A loop-free program written once: its lines and the kernel's parameters."""
+    writer = EpilogueWriter(renderer, program)
+    writer.write(name)
+    return writer
+
+
+def batch_indices(batch_shape: tuple[int, ...], itype: str) -> list[str]:
+    """The index along each batch axis (gg_batch0, ...) of the flat batch entry gg_batch, as the epilogue reads them."""
+    lines, inner = [], 1
+    for i, size in reversed(list(enumerate(batch_shape))):
+        lines.insert(0, f"const {itype} gg_batch{i} = (gg_batch/{inner})%{size};")
+        inner *= size
+    return lines
+
+
+def tile_lines(mm: Matmul, bm: int, bn: int, itype: str) -> list[str]:
+    """Statements choosing this block's output tile (tile_m, tile_n, gg_batch)."""
+    tiles_m, tiles_n = -(-mm.m // bm), -(-mm.n // bn)
+    return [
+        f"// this block's tile: blocks take the batch entries in turn, and in each the tiles {GROUP_M} rows at a time",
+        f"int tile = blockIdx.x; const {itype} gg_batch = tile/{tiles_m * tiles_n}; tile %= {tiles_m * tiles_n};",
+        f"const int group = tile/{GROUP_M * tiles_n}, first_m = group*{GROUP_M};",
+        f"const int group_rows = min({tiles_m} - first_m, {GROUP_M}), in_group = tile%{GROUP_M * tiles_n};",
+        "const int tile_m = first_m + in_group%group_rows, tile_n = in_group/group_rows;",
+        *batch_indices(mm.batch_shape, itype),
+    ]
+
+
+def origin_lines(renderer: CStyleRenderer, mm: Matmul, writer: CKernelWriter, copies: tuple[OperandCopy, ...]
+                 ) -> list[str]:  # fmt: skip
+    """The strided operands' origins g<name>: their block's tile at k = 0."""
+    lines = []
+    for copy in copies:
+        if (strided := copy.operand.strided) is not None and copy.mode != "element":
+            buffer = writer.names[strided.buffer]
+            kind = renderer.type_name(strided.buffer.dtype.base)
+            origin = strided_origin(strided, mm.batch_shape, copy.row0, buffer)
+            lines.append(f"const {kind}* g{copy.name} = {origin};")
+    return lines
+
+
+def shared_lines(copies: tuple[OperandCopy, ...], offsets: tuple[str, ...]) -> list[str]:
+    """Each operand's shared tiles: p<name> (a pointer) and s<name> (the address), at the given byte offsets."""
+    lines = []
+    for copy, offset in zip(copies, offsets):
+        lines += [f"unsigned char* p{copy.name} = gg_shared + {offset};",
+                  f"const unsigned s{copy.name} = gg_smem(p{copy.name});"]  # fmt: skip
+    return lines
+
+
+def accumulator_lines(writer: CKernelWriter, mm: Matmul, itype: str, row: str, col: str, acc: str) -> list[str]:
+    """The epilogue of one accumulator `acc` at output row `row`, column `col` (C expressions), inside the output."""
+    return [f"const {itype} gg_row = {row}, gg_col = {col};", f"if (gg_row < {mm.m} && gg_col < {mm.n}) {{",
+            f"  const float gg_acc = {acc};", *("  " + line for line in writer.lines), "}"]  # fmt: skip
+
+
+def kernel_source(renderer: CStyleRenderer, writer: CKernelWriter, epilogue: list[UOp], operands: tuple[Prologue, ...],
+                  name: str, threads: int, blocks_per_sm: int, shared_bytes: int, helpers: list[str], body: list[str]
+                  ) -> str:  # fmt: skip
+    """The whole source: the prelude, the helpers, the shared-memory size the runtime reads, the kernel."""
+    kernel = [
+        f'extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {shared_bytes};  // read by the runtime',
+        f'extern "C" __global__ void __launch_bounds__({threads}, {blocks_per_sm}) {name}({", ".join(writer.params)}) {{',  # noqa: E501
+        "extern __shared__ __align__(128) unsigned char gg_shared[];",
+        *("  " + line for line in body),
+        "}",
+    ]
+    every = epilogue + [u for p in operands for program in (p.element, p.addresses, p.lanes) for u in program]
+    return "\n".join(renderer.prelude(every) + COPY_HELPERS + helpers + kernel) + "\n"  # type: ignore[attr-defined]
+
+
+def operand_copies(renderer: CStyleRenderer, mm: Matmul, operands: tuple[Prologue, Prologue],
+                   layouts: tuple[TileLayout, TileLayout], threads: int, registers: int
+                   ) -> tuple[OperandCopy, OperandCopy]:  # fmt: skip
+    """A's and B's copies into their layouts (A's tile starts at row tile_m*bm, B's at tile_n*bn); `registers`: what
+    the kernel leaves a thread for the copies staged through registers (A takes its share first)."""
+    value_type, copies = renderer.type_name(mm.dtype), []
+    for n, op, layout, prologue in zip("AB", (mm.a, mm.b), layouts, operands):
+        row0 = f"tile_{'m' if n == 'A' else 'n'}*{layout.rows}"
+        copy = OperandCopy(renderer, n, op, prologue, layout, threads, mm.k, value_type, row0, registers)
+        registers -= copy.words if copy.staged else 0
+        copies.append(copy)
+    return copies[0], copies[1]
+
+
+def register_room(threads: int, blocks_per_sm: int, held: int) -> int:
+    """Registers a thread has for staged copies: what the launch bounds allow it (the multiprocessor's 65536 shared
+    among the blocks' threads, at most 255), less what the kernel holds otherwise (`held`) and its index math."""
+    return min(255, 65536 // (threads * blocks_per_sm)) - held - INDEX_REGISTERS
+
+
+def pipeline_start(copies: tuple[OperandCopy, ...], stages: int) -> list[str]:
+    """The first stages-1 steps' copies, before any math (register copies store at once)."""
+    body = [line for c in copies for line in c.prefetch("s")] + [line for c in copies for line in c.commit("s", "s")]
+    return [
+        "#pragma unroll",
+        f"for (int s = 0; s < {stages - 1}; s++) {{  // the first {stages - 1} steps' copies go out before any math",
+        "  if (s < steps) {",
+        *("    " + line for line in body),
+        "  }",
+        "  gg_cp_async_commit();",
+        "}",
+    ]
