@@ -76,12 +76,9 @@ def test_any_size_is_a_matrix_product_and_every_configuration_takes_it(m, k, n):
 def test_batched_and_broadcast_products():
     a, b = _empty(3, 256, 128), _empty(3, 128, 64)
     mm = match_matmul(_ast(a @ b))
-    assert (
-        mm.batch_shape == (3,)
-        and mm.a.strided.batch_strides == (256 * 128,)
-        and mm.b.strided.batch_strides == (128 * 64,)
-    )
-    assert match_matmul(_ast(a @ _empty(128, 64))).b.strided.batch_strides == (0,)  # one B for every batch entry
+    assert mm.batch_shape == (3,) and (mm.a.strided.batch_strides, mm.b.strided.batch_strides) == ((32768,), (8192,))
+    broadcast = match_matmul(_ast(a @ _empty(128, 64)))  # one B for every batch entry: A's rows are all 768 of them
+    assert broadcast.batch_shape == () and (broadcast.m, broadcast.a.strided.row_stride) == (768, 128)
     assert match_matmul(_ast(_empty(2, 3, 64, 32) @ _empty(2, 3, 32, 64))).batch_shape == (2, 3)
     scores = match_matmul(_ast(_empty(2, 12, 77, 64) @ _empty(2, 12, 77, 64).transpose(-1, -2)))
     assert scores.batch_shape == (2, 12) and (scores.m, scores.n, scores.k) == (77, 77, 64)
@@ -124,12 +121,24 @@ def test_the_attention_output_projection_reads_its_heads_in_chunks():
         lambda: (_empty(256, 256) @ _empty(256, 256)).sum(axis=0),  # two reductions
         lambda: _empty(64, 64, dtype=dtypes.int32) @ _empty(64, 64, dtype=dtypes.int32),  # integers
         lambda: _empty(64, 64, dtype=dtypes.float64) @ _empty(64, 64, dtype=dtypes.float64),  # float64
-        lambda: (_empty(64, 1, 32) * _empty(1, 64, 32) * _empty(64, 64, 1)).sum(-1),  # a factor moves along m and n
         lambda: _empty(1, 64) @ _empty(64, 1),  # a dot product: no axis of A's or B's own
     ],
 )
 def test_other_kernels_are_not_matrix_products(make):
     assert match_matmul(_ast(make())) is None
+
+
+def test_a_weight_gradient_sums_over_batch_and_time_as_one_k():
+    x, w = _empty(3, 37, 70).requires_grad_(), _empty(50257, 70).requires_grad_()
+    x.linear(w).backward(_empty(3, 37, 50257))
+    mm = match_matmul(_ast(w.grad))  # dw = g.T @ x over the 111 rows of both
+    assert (mm.m, mm.n, mm.k) == (50257, 70, 111) and (mm.a.strided.row_stride, mm.a.strided.k_stride) == (1, 50257)
+    assert match_matmul(_ast(x.grad)).k == 50257
+
+
+def test_a_factor_that_moves_along_both_sides_joins_b_as_a_batch():  # sum_k a[i,k] b[j,k] c[i,j]: i is a batch
+    mm = match_matmul(_ast((_empty(64, 1, 32) * _empty(1, 64, 32) * _empty(64, 64, 1)).sum(-1)))
+    assert (mm.batch_shape, mm.m, mm.n, mm.k) == ((64,), 1, 64, 32)
 
 
 def test_aligned_and_unaligned_slices_are_matrix_products():

@@ -32,8 +32,7 @@ from glassgrad.helpers import TF32, prod
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
-from glassgrad.uop.symbolic import simplify, symbolic
-from glassgrad.uop.view import View
+from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
 
 if TYPE_CHECKING:
     from glassgrad.renderer.cuda_tc import TileConfig
@@ -70,14 +69,15 @@ class Operand:
 
 @dataclass(frozen=True)
 class Matmul:
-    """A kernel that is a batched matrix product C[batch, m, n] = sum_k A[batch, m, k] * B[batch, n, k]."""
+    """A kernel that is a batched matrix product C[batch, m, n] = sum_k A[batch, m, k] * B[batch, n, k]; m, n and k
+    may each be several axes of the reduction's input, taken as one (row-major over them)."""
 
     reduce: UOp  # the REDUCE_AXIS
     dtype: DType  # the product's: float16 or bfloat16 (both operands hold such values), else float32
     batch_axes: tuple[int, ...]  # axes of the reduction's input shape
-    m_axis: int
-    n_axis: int
-    k_axis: int
+    m_axes: tuple[int, ...]  # A's own (what only A's factors read; none: one row)
+    n_axes: tuple[int, ...]  # B's own
+    k_axes: tuple[int, ...]  # the reduced ones
     batch_shape: tuple[int, ...]
     m: int
     n: int
@@ -91,32 +91,24 @@ class Matmul:
         return prod(self.batch_shape)
 
 
-def _strided_input(x: UOp) -> tuple[UOp, View] | None:
-    """The buffer and single strided view (no padding) through which `x` reads a float input as it is: LOAD(buf,
-    VIEW), a VIEW of a contiguous LOAD, and either through casts that change no value (16 bits to float32, and back:
-    a gradient flowing into a half matmul comes as half(float(g)))."""
-    if x.op is Ops.CAST and x.dtype == dtypes.float32 and x.src[0].dtype in TC_DTYPES:
-        return _strided_input(x.src[0])
-    if x.op is Ops.CAST and x.dtype in TC_DTYPES and x.src[0].dtype == dtypes.float32:
-        found = _strided_input(x.src[0])
-        return found if found is not None and found[0].dtype.base == x.dtype else None
-    if x.op is Ops.VIEW and x.src and (inner := _strided_input(x.src[0])) is not None:
-        buf, view = inner
-        if view.contiguous and view.offset == 0 and view.shape == x.src[0].shape:
-            return (buf, x.arg.views[0]) if len(x.arg.views) == 1 and x.arg.views[0].mask is None else None
-        return None
-    if x.op is Ops.LOAD and x.dtype in MULTIPLY_DTYPES and len(x.src[1].arg.views) == 1:
-        view = x.src[1].arg.views[0]
-        return (x.src[0], view) if view.mask is None else None
-    return None
-
-
 def _exact_product(value: UOp) -> UOp:
     """The product under casts between float32 and 16 bits (a gradient's product comes as float(half(float(g) *
     float(b)))): the tensor cores' products are exact, so the rounding in between is dropped."""
     while value.op is Ops.CAST and dtypes.float32 in (value.dtype, value.src[0].dtype) and \
             {value.dtype, value.src[0].dtype} <= set(MULTIPLY_DTYPES):  # fmt: skip
         value = value.src[0]
+    return value
+
+
+def _exact_value(value: UOp) -> UOp:
+    """A value under casts that change nothing: float32 of 16 bits is the 16-bit value, half(float(h)) is h."""
+    while (
+        value.op is Ops.CAST and value.src[0].dtype in TC_DTYPES and value.dtype in (dtypes.float32, value.src[0].dtype)
+    ):
+        value = value.src[0]
+    if value.op is Ops.CAST and value.dtype in TC_DTYPES and (inner := value.src[0]).op is Ops.CAST and \
+            inner.dtype == dtypes.float32 and inner.src[0].dtype == value.dtype:  # fmt: skip
+        return _exact_value(inner.src[0])
     return value
 
 
@@ -136,6 +128,15 @@ def _position(shape: tuple[int, ...], idx: DType) -> tuple[UOp, ...]:
 
 def _axes_read(value: UOp) -> set[int]:
     return {int(u.arg[0][5:]) for u in value.toposort() if u.op is Ops.SPECIAL and u.arg[0].startswith("gg_ax")}
+
+
+def _split(var: UOp, sizes: list[int]) -> list[UOp]:
+    """Each axis's index in a row-major walk `var` over axes of these sizes."""
+    indices = []
+    for i, size in enumerate(sizes):
+        outer = var // prod(sizes[i + 1 :]) if i + 1 < len(sizes) else var
+        indices.append(outer % size if i else outer)
+    return indices
 
 
 def _int32_indices(ast: UOp, reduce: UOp) -> bool:
@@ -163,25 +164,23 @@ def _load_steps(value: UOp) -> tuple[int, int] | None:
     return row.arg - origin.arg, k.arg - origin.arg
 
 
-def _operand(factors: list[UOp], lowered: dict[UOp, UOp], rename: dict[UOp, UOp], rows: int, row_axis: int,
-             k_axis: int, batch_axes: tuple[int, ...]) -> tuple[UOp, Strided | None] | None:  # fmt: skip
-    """One side's value at its own position (product of its factors, its 16-bit values where a cast to float32 only
-    widens them), and where it is one input as it lies in memory, how it lies."""
-    value = lowered[factors[0]]
-    for f in factors[1:]:
-        value = value * lowered[f]
-    value = simplify(value.substitute(rename))
-    if value.op is Ops.CAST and value.dtype == dtypes.float32 and value.src[0].dtype in TC_DTYPES:
-        value = value.src[0]  # exactly its 16-bit value
-    if value.dtype not in MULTIPLY_DTYPES:
+def _strided(value: UOp, batch: int) -> Strided | None:
+    """The operand as one input read where it lies, plain strides along its rows, k and batch axes: a load (of the
+    operand's own dtype) whose index is affine in gg_r, gg_k and gg_batch0.. and which no guard masks."""
+    if value.op is not Ops.LOAD or len(value.src[0].src) != 2 or value.src[0].src[0].dtype.base != value.dtype:
         return None
-    found = _strided_input(factors[0]) if len(factors) == 1 else None
-    if found is None or found[0].dtype.base != value.dtype:
-        return value, None
-    buf, view = found
-    strided = Strided(buf, view.strides[row_axis], view.strides[k_axis], tuple(view.strides[a] for a in batch_axes),
-                      view.offset)  # fmt: skip
-    return value, strided
+    buffer, index = value.src[0].src
+    strides, offset = dict.fromkeys(["gg_r", "gg_k", *(f"gg_batch{i}" for i in range(batch))], 0), 0
+    for base, factor in map(_as_term, _sum_terms(index) or [index]):
+        if base is None:
+            offset += factor
+        elif base.op is Ops.SPECIAL and base.arg[0] in strides:
+            strides[base.arg[0]] += factor
+        else:
+            return None
+    return Strided(
+        buffer, strides["gg_r"], strides["gg_k"], tuple(strides[f"gg_batch{i}"] for i in range(batch)), offset
+    )
 
 
 def _k_fast(value: UOp, strided: Strided | None) -> bool:
@@ -190,6 +189,21 @@ def _k_fast(value: UOp, strided: Strided | None) -> bool:
         return True
     row, k = (abs(s) for s in steps)
     return k == 1 or row != 1 and k <= row
+
+
+def _sides(shape: tuple[int, ...], k_axes: tuple[int, ...], reads: dict[UOp, set[int]]) -> tuple | None:
+    """(A's factors, B's factors, A's own axes, B's own axes, batch axes): B's factors read the innermost axis that not
+    every factor reads (the output's columns, say); an axis only A's (B's) factors read is A's (B's) own."""
+    outputs = [a for a in range(len(shape)) if a not in k_axes and shape[a] > 1]
+    one_sided = [a for a in outputs if not all(a in r for r in reads.values())]
+    if not one_sided:
+        return None
+    b_factors = [f for f, r in reads.items() if one_sided[-1] in r]
+    a_factors = [f for f, r in reads.items() if one_sided[-1] not in r]
+    only = lambda mine, others: tuple(a for a in one_sided if any(a in reads[f] for f in mine) and
+                                      not any(a in reads[f] for f in others))  # fmt: skip
+    m_axes, n_axes = only(a_factors, b_factors), only(b_factors, a_factors)
+    return a_factors, b_factors, m_axes, n_axes, tuple(a for a in outputs if a not in m_axes + n_axes)
 
 
 @functools.lru_cache(maxsize=512)
@@ -201,16 +215,15 @@ def match_matmul(ast: UOp) -> Matmul | None:
     if any(n.op is Ops.CHECK for n in nodes):
         return None  # the tiled kernels take no error buffer
     reduces = [n for n in nodes if n.op is Ops.REDUCE_AXIS]
-    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or len(reduces[0].arg[1]) != 1:
+    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD:
         return None
     reduce = reduces[0]
     if reduce.dtype not in MULTIPLY_DTYPES or not _int32_indices(ast, reduce):
         return None
-    (k_axis,), shape, idx = reduce.arg[1], reduce.src[0].shape, dtypes.int32
-    if prod(shape) == 0 or shape[k_axis] < 2:
-        return None
+    k_axes, shape, idx = tuple(sorted(reduce.arg[1])), reduce.src[0].shape, dtypes.int32
     factors = _factors(_exact_product(reduce.src[0]))
-    if len(factors) < 2 or any(f.dtype not in MULTIPLY_DTYPES for f in factors):
+    if prod(shape) == 0 or prod(shape[a] for a in k_axes) < 2 or len(factors) < 2 or \
+            any(f.dtype not in MULTIPLY_DTYPES for f in factors):  # fmt: skip
         return None
     at = _position(shape, idx)
     try:
@@ -218,41 +231,36 @@ def match_matmul(ast: UOp) -> Matmul | None:
         lowered = {f: simplify(lowerer.value(f, at)) for f in factors}
     except NotImplementedError:
         return None
-    reads = {f: _axes_read(v) for f, v in lowered.items()}
-    one_sided = [
-        a for a in range(len(shape)) if a != k_axis and shape[a] > 1 and not all(a in r for r in reads.values())
-    ]
-    if not one_sided:
+    if (sides := _sides(shape, k_axes, {f: _axes_read(v) for f, v in lowered.items()})) is None:
         return None
-    n_axis = one_sided[-1]  # B's own axis: the innermost along which some factor stays put (the output's columns)
-    b_factors = [f for f in factors if n_axis in reads[f]]
-    a_factors = [f for f in factors if n_axis not in reads[f]]
-    a_own = [
-        x for x in one_sided if any(x in reads[f] for f in a_factors) and not any(x in reads[f] for f in b_factors)
-    ]
-    a_own = a_own or [x for x in range(len(shape)) if x not in (k_axis, n_axis) and shape[x] == 1]  # one row (1 x k)
-    if not a_own:
-        return None
-    m_axis = a_own[-1]
-    batch_axes = tuple(x for x in range(len(shape)) if x not in (m_axis, n_axis, k_axis) and shape[x] > 1)
-    batch = {at[x]: UOp(Ops.SPECIAL, idx, (), (f"gg_batch{i}", shape[x])) for i, x in enumerate(batch_axes)}
-    row, k = UOp(Ops.SPECIAL, idx, (), ("gg_r", 0)), UOp(Ops.SPECIAL, idx, (), ("gg_k", shape[k_axis]))
-    sides = []
-    for own, other, side in ((m_axis, n_axis, a_factors), (n_axis, m_axis, b_factors)):
-        rename = {**batch, at[own]: row.replace(arg=("gg_r", shape[own])), at[k_axis]: k, at[other]: UOp.const(idx, 0)}
-        rename = {old: new for old, new in rename.items() if old.op is Ops.SPECIAL}  # a size-1 axis is 0 already
-        if (found := _operand(side, lowered, rename, shape[own], own, k_axis, batch_axes)) is None:
+    a_factors, b_factors, m_axes, n_axes, batch_axes = sides
+    sizes = lambda axes: [shape[a] for a in axes if shape[a] > 1]  # noqa: E731
+    m, n, k = prod(sizes(m_axes)), prod(sizes(n_axes)), prod(sizes(k_axes))
+    row, kk = UOp(Ops.SPECIAL, idx, (), ("gg_r", 0)), UOp(Ops.SPECIAL, idx, (), ("gg_k", k))
+    common = {at[x]: UOp(Ops.SPECIAL, idx, (), (f"gg_batch{i}", shape[x])) for i, x in enumerate(batch_axes)}
+    common |= dict(zip([at[a] for a in k_axes if shape[a] > 1], _split(kk, sizes(k_axes))))
+    values = []
+    for own, other, side, rows in ((m_axes, n_axes, a_factors, m), (n_axes, m_axes, b_factors, n)):
+        mine = dict(zip([at[a] for a in own], _split(row.replace(arg=("gg_r", rows)), sizes(own))))
+        value = lowered[side[0]]
+        for f in side[1:]:
+            value = value * lowered[f]
+        value = _exact_value(
+            simplify(value.substitute({**common, **mine, **{at[a]: UOp.const(idx, 0) for a in other}}))
+        )
+        if value.dtype not in MULTIPLY_DTYPES:
             return None
-        sides.append(found)
-    (a_value, a_strided), (b_value, b_strided) = sides
+        values.append(value)
+    a_value, b_value = values
     same = a_value.dtype == b_value.dtype and a_value.dtype in TC_DTYPES
     dtype = a_value.dtype if same else dtypes.float32
     a, b = (
-        Operand(v if v.dtype == dtype else v.cast(dtype), shape[own], st if v.dtype == dtype else None, _k_fast(v, st))
-        for v, st, own in ((a_value, a_strided, m_axis), (b_value, b_strided, n_axis))
+        Operand(v if v.dtype == dtype else v.cast(dtype), rows, st, _k_fast(v, st))
+        for v, rows in ((a_value, m), (b_value, n))
+        for st in [_strided(v, len(batch_axes)) if v.dtype == dtype else None]
     )
-    mm = Matmul(reduce, dtype, batch_axes, m_axis, n_axis, k_axis, tuple(shape[x] for x in batch_axes), shape[m_axis],
-                shape[n_axis], shape[k_axis], a, b, idx)  # fmt: skip
+    mm = Matmul(reduce, dtype, batch_axes, m_axes, n_axes, k_axes, tuple(shape[x] for x in batch_axes), m, n, k, a, b,
+                idx)  # fmt: skip
     return mm if _epilogue_sink(ast, mm) is not None else None
 
 
@@ -298,14 +306,15 @@ def _epilogue_sink(ast: UOp, mm: Matmul) -> UOp | None:
     at = [UOp.const(idx, 0)] * len(shape)
     for i, axis in enumerate(mm.batch_axes):  # one variable per batch axis: gg_batch0, gg_batch1, ...
         at[axis] = UOp(Ops.SPECIAL, idx, (), (f"gg_batch{i}", shape[axis]))
-    at[mm.m_axis], at[mm.n_axis] = (
-        x if shape[a] > 1 else UOp.const(idx, 0) for x, a in ((row, mm.m_axis), (col, mm.n_axis))
-    )
+    for var, axes in ((row, mm.m_axes), (col, mm.n_axes)):
+        axes = [a for a in axes if shape[a] > 1]
+        for axis, index in zip(axes, _split(var, [shape[a] for a in axes])):
+            at[axis] = index
     expected = tuple(simplify(i) for i in at)
     # the output's axes are the product's axes without k, in order (size-1 axes aside)
     store = ast.src[0]
     out_shape = store.src[1].arg.shape
-    product_axes = [(s, i) for axis, (s, i) in enumerate(zip(shape, at)) if axis != mm.k_axis and s > 1]
+    product_axes = [(s, i) for axis, (s, i) in enumerate(zip(shape, at)) if axis not in mm.k_axes and s > 1]
     if [s for s in out_shape if s > 1] != [s for s, _ in product_axes]:
         return None
     position = iter(i for _, i in product_axes)

@@ -123,7 +123,7 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
         f"const int tx = threadIdx.x%{grid_n}, ty = threadIdx.x/{grid_n};",
         *tile_lines(mm, c.bm, c.bn, itype),
         *origin_lines(renderer, mm, writer, copies),
-        *shared_lines(copies, ("0", str(c.stages * a.stage_bytes))),
+        *shared_lines(copies, ("0", str(c.stages * a.stage_bytes)), pointers=True),
         *(line for copy in copies for line in copy.declare()),
         f"float acc[{c.tm}][{c.tn}];",
         "#pragma unroll",
@@ -162,7 +162,7 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
         f"for (int i = 0; i < {c.tm}; i++)",
         "#pragma unroll",
         f"  for (int j = 0; j < {c.tn}; j++) {{",
-        *("    " + line for line in accumulator_lines(writer, mm, itype, row, col, "acc[i][j]")),
+        *("    " + line for line in accumulator_lines(writer, mm, itype, row, col, "acc[i][j]", c.bm, c.bn)),
         "  }",
     ]
     return kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes, [],

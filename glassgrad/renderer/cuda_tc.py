@@ -201,7 +201,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
     assert ksteps >= 2, "a step's copies are staged over two of its k pieces"
     itype = renderer.type_name(mm.index_dtype)
     row, col = f"tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4", f"tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2"
-    store = accumulator_lines(writer, mm, itype, row, col, "acc[i][j][e]")
+    store = accumulator_lines(writer, mm, itype, row, col, "acc[i][j][e]", c.bm, c.bn)
     stage = f"(kt + {c.stages - 1})%{c.stages}"
     body = [
         "const int lane = threadIdx.x%32, warp = threadIdx.x/32;",

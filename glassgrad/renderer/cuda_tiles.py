@@ -42,6 +42,8 @@ COPY_HELPERS = [
     "// 16 bytes global -> shared, of which `bytes` are read and the rest zero-filled",
     "static inline void gg_cp_async16(unsigned dst, const void* src, unsigned bytes) {"
     ' asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(bytes)); }',
+    "static inline void gg_cp_async16(unsigned dst, const void* src) {"
+    ' asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src)); }',
     'static inline void gg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }',
     "template <int N> static inline void gg_cp_async_wait() {"
     ' asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }',
@@ -133,6 +135,8 @@ class OperandCopy:
         self.copies = elements // per_copy // threads
         self.words = 0 if self.mode == "async" else self.copies * (1 if self.mode == "element" else 4)
         self.staged = 0 < self.words <= registers and (self.mode != "element" or self.copies <= ELEMENT_STAGING)
+        # the sizes are the kernel's own: where the tile divides them, no copy crosses an edge and none is tested
+        self.row_edge, self.k_edge = operand.rows % layout.rows != 0, k % layout.bk != 0
 
     @property
     def register_type(self) -> str:
@@ -151,13 +155,16 @@ class OperandCopy:
             return self._loop(self._async(kt, stage))
         if self.staged:
             return self._loop(self._store(stage, f"r{self.name}[i]"))
-        return self._loop([f"{self.register_type} v;", *self._load(kt, "v"), *self._store(stage, "v")])
+        body = [f"{self.register_type} v;", *self._load(kt, "v"), *self._store(stage, "v")]
+        return self._loop(body, unroll=self.mode == "chunk")
 
-    def _loop(self, body: list[str]) -> list[str]:
+    def _loop(self, body: list[str], unroll: bool = True) -> list[str]:
+        """The copies of this thread, one after another; all in flight at once (`unroll`), or a prologue's one at a
+        time where they load where they store (it has no registers for more)."""
         if not body:
             return []
-        return ["#pragma unroll", f"for (int i = 0; i < {self.copies}; i++) {{", *self._piece(),
-                *("  " + line for line in body), "}"]  # fmt: skip
+        return ["#pragma unroll" if unroll else "#pragma unroll 1", f"for (int i = 0; i < {self.copies}; i++) {{",
+                *self._piece(), *("  " + line for line in body), "}"]  # fmt: skip
 
     def _piece(self) -> list[str]:
         """This thread's i-th piece: its row r and k kk in the tile (of a chunk: its first element). Neighbouring
@@ -165,35 +172,60 @@ class OperandCopy:
         line = f"  const int piece = threadIdx.x + i*{self.threads};"
         per = 1 if self.mode == "element" else self.chunk
         along = (self.layout.bk if self.contiguous_k else self.layout.rows) // per  # pieces along a contiguous line
+        line += f" const int line = piece/{along}, chunk = piece%{along};"
         if self.contiguous_k:
-            return [line, f"  const int r = piece/{along}, kk = piece%{along}*{per};"]
-        return [line, f"  const int r = piece%{along}*{per}, kk = piece/{along};"]
+            return [line, f"  const int r = line, kk = chunk*{per};"]
+        return [line, f"  const int r = chunk*{per}, kk = line;"]
+
+    def _chunk_offset(self) -> str:
+        """Where this piece's chunk goes in a stage, where it is one chunk of a line of the layout."""
+        return self.layout.offset("line", "chunk")
 
     def _valid(self, kt: str) -> str:
         """Elements of this chunk inside the operand (0 .. chunk): it may cross the edge of its contiguous axis."""
         rows, bk, ch = self.operand.rows, self.layout.bk, self.chunk
+        row_in, k_in = f"{self.row0} + r < {rows}", f"({kt})*{bk} + kk < {self.k}"
         if self.contiguous_k:
-            return f"({self.row0} + r < {rows} ? min(max({self.k} - (({kt})*{bk} + kk), 0), {ch}) : 0)"
-        return f"(({kt})*{bk} + kk < {self.k} ? min(max({rows} - {self.row0} - r, 0), {ch}) : 0)"
+            along = f"min(max({self.k} - (({kt})*{bk} + kk), 0), {ch})" if self.k_edge else str(ch)
+            return f"({row_in} ? {along} : 0)" if self.row_edge else along
+        along = f"min(max({rows} - {self.row0} - r, 0), {ch})" if self.row_edge else str(ch)
+        return f"({k_in} ? {along} : 0)" if self.k_edge else along
+
+    @property
+    def edges(self) -> bool:
+        return self.row_edge or self.k_edge
 
     def _source(self, kt: str) -> str:
+        """The chunk's address: the step's offset added last, so the compiler keeps the rest in one register across
+        steps (an int sum of both would need its own 64-bit add per copy)."""
         strided = self.operand.strided
-        return f"g{self.name} + r*{strided.row_stride} + (({kt})*{self.layout.bk} + kk)*{strided.k_stride}"
+        step = self.layout.bk * strided.k_stride
+        return f"g{self.name} + r*{strided.row_stride} + kk*{strided.k_stride} + ({kt})*{step}"
 
     def _async(self, kt: str, stage: str) -> list[str]:
-        target = f"s{self.name} + ({stage})*{self.layout.stage_bytes} + {self.layout.element_offset('r', 'kk')}"
+        target = f"s{self.name} + ({stage})*{self.layout.stage_bytes} + {self._chunk_offset()}"
+        if not self.edges:
+            return [f"gg_cp_async16({target}, {self._source(kt)});"]
+        buffer = f"data{self.operand.strided.buffer.arg}"  # read nothing from, where n is 0: an address inside
         return [f"const int n = {self._valid(kt)};",
-                f"gg_cp_async16({target}, n ? {self._source(kt)} : g{self.name}, n*{self.size});"]  # fmt: skip
+                f"gg_cp_async16({target}, n ? {self._source(kt)} : {buffer}, n*{self.size});"]  # fmt: skip
 
     def _load(self, kt: str, into: str) -> list[str]:
         if self.mode == "chunk":
             full = f"*(const uint4*)({self._source(kt)})" if self.aligned else f"gg_loadu({self._source(kt)}, 16)"
+            if not self.edges:
+                return [f"{into} = {full};"]
             return [f"const int n = {self._valid(kt)};",
                     f"{into} = n == {self.chunk} ? {full} : gg_load_part({self._source(kt)}, n);"]  # fmt: skip
         position = f"const int gg_r = {self.row0} + r, gg_k = ({kt})*{self.layout.bk} + kk;"
         if self.mode == "element":
             return [f"{into} = {self._zero()};", f"{{ {position}", *self._element(into), "}"]
         ch, rows, k = self.chunk, self.operand.rows, self.k
+        if not self.edges:
+            position = position.replace("gg_r", "at_r").replace("gg_k", "at_k")
+            lanes = [f"lane{j}" for j in range(ch)]
+            return [f"{{ {position}", f"  {self.value_type} {', '.join(lanes)};",
+                    *("  " + line for line in self._vector()), f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
         full = f"at_r < {rows} && at_k + {ch} <= {k}" if self.contiguous_k else f"at_k < {k} && at_r + {ch} <= {rows}"
         lanes = [f"lane{j}" for j in range(ch)]
         edge = []  # a chunk across the operand's edge: lane by lane, each inside or zero
@@ -210,7 +242,8 @@ class OperandCopy:
 
     def _element(self, into: str) -> list[str]:
         """The prologue at (gg_r, gg_k) into `into`, where that element is inside the operand."""
-        return [f"  if (gg_r < {self.operand.rows} && gg_k < {self.k}) {{", *("  " + x for x in self.element.lines),
+        inside = f"gg_r < {self.operand.rows} && gg_k < {self.k}" if self.edges else "true"
+        return [f"  if ({inside}) {{", *("  " + x for x in self.element.lines),
                 f"    {into} = {self.element.value};", "  }"]  # fmt: skip
 
     def _vector(self) -> list[str]:
@@ -252,7 +285,7 @@ class OperandCopy:
         if self.mode == "element":
             return [f"*({self.value_type}*)({base} + {self.layout.element_offset('r', 'kk')}) = {value};"]
         if self.contiguous_k == self.layout.k_major:  # the chunk is one chunk of a line
-            return [f"*(uint4*)({base} + {self.layout.element_offset('r', 'kk')}) = {value};"]
+            return [f"*(uint4*)({base} + {self._chunk_offset()}) = {value};"]
         lines, words = [], ("x", "y", "z", "w")  # each element to its own line
         for e in range(self.chunk):
             row, k = ("r", f"kk + {e}") if self.contiguous_k else (f"r + {e}", "kk")
@@ -321,18 +354,23 @@ def origin_lines(renderer: CStyleRenderer, mm: Matmul, writer: CKernelWriter, co
     return lines
 
 
-def shared_lines(copies: tuple[OperandCopy, ...], offsets: tuple[str, ...]) -> list[str]:
-    """Each operand's shared tiles: p<name> (a pointer) and s<name> (the address), at the given byte offsets."""
-    lines = []
+def shared_lines(copies: tuple[OperandCopy, ...], offsets: tuple[str, ...], pointers: bool = False) -> list[str]:
+    """Each operand's shared tiles at the given byte offsets: s<name> (the address), and p<name> (a pointer) where
+    the copy stores through registers or the kernel reads it so (`pointers`)."""
+    lines = ["const unsigned gg_shared_at = gg_smem(gg_shared);"]
     for copy, offset in zip(copies, offsets):
-        lines += [f"unsigned char* p{copy.name} = gg_shared + {offset};",
-                  f"const unsigned s{copy.name} = gg_smem(p{copy.name});"]  # fmt: skip
+        lines.append(f"const unsigned s{copy.name} = gg_shared_at + {offset};")
+        if pointers or copy.mode != "async":
+            lines.append(f"unsigned char* p{copy.name} = gg_shared + {offset};")
     return lines
 
 
-def accumulator_lines(writer: CKernelWriter, mm: Matmul, itype: str, row: str, col: str, acc: str) -> list[str]:
-    """The epilogue of one accumulator `acc` at output row `row`, column `col` (C expressions), inside the output."""
-    return [f"const {itype} gg_row = {row}, gg_col = {col};", f"if (gg_row < {mm.m} && gg_col < {mm.n}) {{",
+def accumulator_lines(writer: CKernelWriter, mm: Matmul, itype: str, row: str, col: str, acc: str, bm: int,
+                      bn: int) -> list[str]:  # fmt: skip
+    """The epilogue of one accumulator `acc` at output row `row`, column `col` (C expressions), inside the output (a
+    test only where bm x bn tiles run past it)."""
+    inside = " && ".join([f"gg_row < {mm.m}"] * (mm.m % bm != 0) + [f"gg_col < {mm.n}"] * (mm.n % bn != 0)) or "true"
+    return [f"const {itype} gg_row = {row}, gg_col = {col};", f"if ({inside}) {{",
             f"  const float gg_acc = {acc};", *("  " + line for line in writer.lines), "}"]  # fmt: skip
 
 

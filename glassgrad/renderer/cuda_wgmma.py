@@ -160,7 +160,7 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
     copies = operand_copies(renderer, mm, operands, (a, b), c.threads, room)
     itype = renderer.type_name(mm.index_dtype)
     regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.stages - 1}"
-    aligned = f"({ATOM} - gg_smem(gg_shared)%{ATOM})%{ATOM}"  # the swizzle's pattern starts at a multiple of 1024 bytes
+    aligned = f"(-gg_smem(gg_shared) & {ATOM - 1})"  # the swizzle's pattern starts at a multiple of 1024 bytes
     body = [
         "const int lane = threadIdx.x%32, warp = threadIdx.x%128/32, warpgroup = threadIdx.x/128;",
         *tile_lines(mm, c.bm, c.bn, itype),
@@ -208,7 +208,7 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "  for (int e = 0; e < 4; e++) {",
         *("    " + line for line in accumulator_lines(
             writer, mm, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
-            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f")),
+            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f", c.bm, c.bn)),
         "  }",
     ]  # fmt: skip
     dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
