@@ -51,7 +51,7 @@ class CompiledKernel:
 # is forgotten (and unloaded once nothing else, a TinyJit's capture say, holds it): a program that makes a new kernel
 # every call (a new constant in each, or a new shape) would otherwise grow by a loaded library per call.
 KERNEL_CACHE_SIZE = 1024
-_kernels: OrderedDict[tuple[str, UOp, int, int], CompiledKernel] = OrderedDict()
+_kernels: OrderedDict[tuple[str, UOp, int, int, int], CompiledKernel] = OrderedDict()
 
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
