@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 TC_DTYPES = (dtypes.float16, dtypes.bfloat16)
 MULTIPLY_DTYPES = (*TC_DTYPES, dtypes.float32)
-MIN_BLOCKS = 100  # the heuristics take the first tile that gives this many blocks: about one a multiprocessor
+MIN_BLOCKS = 90  # the heuristics take the first tile that gives this many blocks: a wave that keeps 70% of a
+# 132-multiprocessor GPU busy beats smaller, slower tiles (bench/tensor_cores.py, H200, attention's output projection,
+# 4096 x 768 x 768: 96 tiles of 128x256 ran at 154 TFLOP/s, 192 of 128x128 at 118)
 MIN_FILL = 0.75  # ...and whose edge tiles leave at most a quarter of the tiles' outputs unused
 MIN_SIDE = 16  # products with fewer rows, columns or terms keep the ordinary kernel (a matrix-vector product reads B
 # once whatever the tile; the ordinary kernel's threads share its long sums)
@@ -282,10 +284,27 @@ def tensor_core_actions(ast: UOp, renderer: Renderer | None) -> list[Opt]:
     return [Opt("TC", 0, i) for i, config in enumerate(configs) if fits(mm, config)]
 
 
+def _unaligned(operand: Operand, dtype: DType) -> bool:
+    """One input as it lies in memory whose 16-byte pieces start anywhere (rows 50257 elements apart): each thread
+    copies it as two aligned loads a piece, shifted together."""
+    if (strided := operand.strided) is None or 1 not in (strided.k_stride, strided.row_stride):
+        return False
+    other = strided.row_stride if strided.k_stride == 1 else strided.k_stride
+    return any(x % (16 // dtype.itemsize) for x in (other, strided.offset, *strided.batch_strides))
+
+
+def unaligned_work(mm: Matmul, config: Any) -> float:
+    """Unaligned 16-byte pieces a thread copies for each k, over the blocks a multiprocessor holds at once."""
+    elements = sum(rows for op, rows in ((mm.a, config.bm), (mm.b, config.bn)) if _unaligned(op, mm.dtype))
+    return elements * mm.dtype.itemsize / 16 / config.threads / getattr(config, "blocks_per_sm", 1)
+
+
 def tensor_core_opts(ast: UOp, renderer: Renderer | None) -> tuple[Opt, ...]:
-    """The heuristics' TC action: the first configuration (the renderer lists them in its order of preference) that
-    gives MIN_BLOCKS blocks with edge tiles MIN_FILL full, else the one with the most blocks; () where TC does not
-    apply or the product is too thin for tiles."""
+    """The heuristics' TC action: among the configurations that give MIN_BLOCKS blocks with edge tiles MIN_FILL full,
+    the first (the renderer lists them in its order of preference) -- where an operand is unaligned, the one whose
+    threads copy least of it, then the largest tile (bench/tensor_cores.py, H200, GPT-2's head x @ W, W's rows 50257
+    apart: 256x128 tiles of 512 threads 157 TFLOP/s, 128x256 of 256 threads 87); else the one with the most blocks.
+    () where TC does not apply or the product is too thin for tiles."""
     if not (found := tensor_core_actions(ast, renderer)):
         return ()
     mm, configs = match_matmul(ast), renderer.tile_configs  # type: ignore[union-attr]
@@ -294,7 +313,12 @@ def tensor_core_opts(ast: UOp, renderer: Renderer | None) -> tuple[Opt, ...]:
     blocks = {o: tile_count(mm, configs[o.amount]) for o in found}
     fill = {o: mm.batch * mm.m * mm.n / (blocks[o] * configs[o.amount].bm * configs[o.amount].bn) for o in found}
     good = [o for o in found if blocks[o] >= MIN_BLOCKS and fill[o] >= MIN_FILL]
-    return (good[0] if good else max(found, key=lambda o: (blocks[o], fill[o])),)
+    if not good:
+        return (max(found, key=lambda o: (blocks[o], fill[o])),)
+    if _unaligned(mm.a, mm.dtype) or _unaligned(mm.b, mm.dtype):
+        area = lambda o: configs[o.amount].bm * configs[o.amount].bn  # noqa: E731
+        return (min(good, key=lambda o: (unaligned_work(mm, configs[o.amount]), -area(o))),)
+    return (good[0],)
 
 
 def _epilogue_sink(ast: UOp, mm: Matmul) -> UOp | None:

@@ -8,7 +8,8 @@ file writes its CUDA kernel for one `TileConfig` (renderer/cuda_tiles.py has wha
 - each warp computes a WM x WN part of the tile as 16 x 8 pieces with `mma.sync` (m16n8k16 for 16-bit inputs,
   m16n8k8 for TF32; float32 accumulators in registers), reading its operands from shared memory with `ldmatrix`
   (`.trans` where a 16-bit operand is stored with m or n contiguous rather than k; TF32 operands are always stored
-  k-major, where ldmatrix's 8x8 16-bit matrices are 8x4 32-bit ones, just the TF32 fragments' layout); the fragments
+  k-major, where ldmatrix's 8x8 16-bit matrices are 8x4 32-bit ones, just the TF32 fragments' layout, and rounded to
+  TF32 on their way there, through registers: once an element, not once a fragment that reads it); the fragments
   of the next k piece load while this one's products run, and the barrier before a step's stage is reused waits under
   the last of them;
 - shared memory is swizzled: the 16-byte chunks of each line are permuted (XOR with the line number), so the eight
@@ -101,8 +102,6 @@ LDMATRIX_HELPERS = [  # shared memory -> mma.sync's register fragments
     "static inline void gg_ldmatrix_trans(unsigned* r, unsigned addr) {"
     ' asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"'
     ' : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr)); }',
-    "static inline unsigned gg_tf32(unsigned x) { unsigned y;"
-    ' asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(__uint_as_float(x))); return y; }',
 ]  # fmt: skip
 
 MMA = (
@@ -158,18 +157,12 @@ def k_major(mm: Matmul, which: str, forced: bool = False) -> bool:
     return operand.k_fast
 
 
-def fragment_lines(a: SwizzledLayout, b: SwizzledLayout, mi: int, ni: int, buf: str, stage: str, k0: str,
-                   tf32: bool) -> list[str]:  # fmt: skip
+def fragment_lines(a: SwizzledLayout, b: SwizzledLayout, mi: int, ni: int, buf: str, stage: str, k0: str
+                   ) -> list[str]:  # fmt: skip
     """Statements loading the warp's A and B fragments of the k piece at k0 of stage `stage` into fa[buf], fb[buf].
 
     B's ldmatrix reads four 8x8 matrices: n 0-7 chunk 0, n 8-15 chunk 0, n 0-7 chunk 1, n 8-15 chunk 1, the k halves
-    of two n8 pieces. TF32 fragments are rounded to nearest, as cuBLAS rounds them."""
-    rounding = [
-        "#pragma unroll",
-        f"  for (int i = 0; i < {mi}*4; i++) fa[{buf}][i/4][i%4] = gg_tf32(fa[{buf}][i/4][i%4]);",
-        "#pragma unroll",
-        f"  for (int j = 0; j < {ni}*2; j++) fb[{buf}][j/2][j%2] = gg_tf32(fb[{buf}][j/2][j%2]);",
-    ] if tf32 else []  # fmt: skip
+    of two n8 pieces."""
     return [
         f"{{ const unsigned stage_a = sA + ({stage})*{a.stage_bytes}, stage_b = sB + ({stage})*{b.stage_bytes};",
         "#pragma unroll",
@@ -180,7 +173,6 @@ def fragment_lines(a: SwizzledLayout, b: SwizzledLayout, mi: int, ni: int, buf: 
         f"    {b.ldmatrix}(q, {b.fragment_address('stage_b', 'warp_n + j*8', k0)});",
         f"    fb[{buf}][j][0] = q[0]; fb[{buf}][j][1] = q[2]; fb[{buf}][j+1][0] = q[1]; fb[{buf}][j+1][1] = q[3];",
         "  }",
-        *rounding,
         "}",
     ]
 
@@ -197,7 +189,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
     kstep = 32 // c.size  # k's of one mma: two 16-byte chunks
     warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // kstep
     held = mi * ni * 4 + 2 * (mi * 4 + ni * 2)  # the accumulators, and two k pieces' fragments
-    copies = operand_copies(renderer, mm, operands, (a, b), c.threads, register_room(c.threads, 1, held))
+    copies = operand_copies(renderer, mm, operands, (a, b), c.threads, register_room(c.threads, 1, held), c.tf32)
     assert ksteps >= 2, "a step's copies are staged over two of its k pieces"
     itype = renderer.type_name(mm.index_dtype)
     row, col = f"tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4", f"tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2"
@@ -222,7 +214,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         f"gg_cp_async_wait<{c.stages - 2}>();",
         "__syncthreads();",
         f"unsigned fa[2][{mi}][4], fb[2][{ni}][2];  // fragments: the k piece in the tensor cores, and the next",
-        *fragment_lines(a, b, mi, ni, "0", "0", "0", c.tf32),
+        *fragment_lines(a, b, mi, ni, "0", "0", "0"),
         "for (int kt = 0; kt < steps; kt++) {",
         "#pragma unroll",
         f"  for (int ks = 0; ks < {ksteps}; ks++) {{",
@@ -240,7 +232,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         "    }",
         f"    const int next_stage = (ks == {ksteps - 1} ? kt + 1 : kt)%{c.stages},"
         f" next_k = (ks + 1)%{ksteps}*{kstep};",
-        *("  " + line for line in fragment_lines(a, b, mi, ni, "(ks + 1)%2", "next_stage", "next_k", c.tf32)),
+        *("  " + line for line in fragment_lines(a, b, mi, ni, "(ks + 1)%2", "next_stage", "next_k")),
         "    if (ks == 0) {  // step kt+stages-1's copies go into the stage step kt-1 used (register ones: loads now)",
         f"      if (kt + {c.stages - 1} < steps) {{",
         *("        " + line for copy in copies for line in copy.prefetch(f"kt + {c.stages - 1}")),

@@ -57,6 +57,12 @@ COPY_HELPERS = [
     " const unsigned b = (s & 3) * 8;"
     " return make_uint4(__funnelshift_r(w0, w1, b), __funnelshift_r(w1, w2, b), __funnelshift_r(w2, w3, b),"
     " __funnelshift_r(w3, w4, b)); }",
+    "// float32 bits rounded to TF32 (to nearest, as cuBLAS rounds them): the tensor cores read the top 19 bits",
+    "static inline unsigned gg_tf32(unsigned x) { unsigned y;"
+    ' asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(__uint_as_float(x))); return y; }',
+    "static inline uint4 gg_tf32(uint4 v) {"
+    " return make_uint4(gg_tf32(v.x), gg_tf32(v.y), gg_tf32(v.z), gg_tf32(v.w)); }",
+    "static inline float gg_tf32(float x) { return __uint_as_float(gg_tf32(__float_as_uint(x))); }",
     "static inline uint4 gg_load8(const void* p) {"
     " const uint2 v = *(const uint2*)p; return make_uint4(v.x, v.y, 0u, 0u); }",
     "// the first n elements of a chunk at p (an edge of the matrix), the rest zero",
@@ -115,9 +121,9 @@ class OperandCopy:
     "element" (a prologue element by element)."""
 
     def __init__(self, renderer: CStyleRenderer, name: str, operand: Operand, prologue: Prologue, layout: TileLayout,
-                 threads: int, k: int, value_type: str, row0: str, registers: int):  # fmt: skip
+                 threads: int, k: int, value_type: str, row0: str, registers: int, tf32: bool = False):  # fmt: skip
         self.renderer, self.name, self.operand, self.layout, self.threads = renderer, name, operand, layout, threads
-        self.k, self.row0, self.value_type, self.prologue = k, row0, value_type, prologue
+        self.k, self.row0, self.value_type, self.prologue, self.tf32 = k, row0, value_type, prologue, tf32
         self.chunk, self.size = layout.chunk, layout.size
         strided = operand.strided
         self.contiguous_k = strided.k_stride == 1 if strided is not None else operand.k_fast
@@ -125,7 +131,8 @@ class OperandCopy:
         if strided is not None and (strided.k_stride == 1 or strided.row_stride == 1):
             other = strided.row_stride if self.contiguous_k else strided.k_stride
             self.aligned = all(x % self.chunk == 0 for x in (other, strided.offset, *strided.batch_strides))
-            self.mode = "async" if self.aligned and self.contiguous_k == layout.k_major else "chunk"
+            as_is = self.contiguous_k == layout.k_major and not tf32  # TF32 is rounded on its way, in registers
+            self.mode = "async" if self.aligned and as_is else "chunk"
         else:
             self.mode = "vector" if prologue.chunk is not None else "element"
         self.element = epilogue_writer(renderer, "prologue", prologue.element)
@@ -282,6 +289,7 @@ class OperandCopy:
 
     def _store(self, stage: str, value: str) -> list[str]:
         base = f"p{self.name} + ({stage})*{self.layout.stage_bytes}"
+        value = f"gg_tf32({value})" if self.tf32 else value
         if self.mode == "element":
             return [f"*({self.value_type}*)({base} + {self.layout.element_offset('r', 'kk')}) = {value};"]
         if self.contiguous_k == self.layout.k_major:  # the chunk is one chunk of a line
@@ -390,14 +398,15 @@ def kernel_source(renderer: CStyleRenderer, writer: CKernelWriter, epilogue: lis
 
 
 def operand_copies(renderer: CStyleRenderer, mm: Matmul, operands: tuple[Prologue, Prologue],
-                   layouts: tuple[TileLayout, TileLayout], threads: int, registers: int
+                   layouts: tuple[TileLayout, TileLayout], threads: int, registers: int, tf32: bool = False
                    ) -> tuple[OperandCopy, OperandCopy]:  # fmt: skip
     """A's and B's copies into their layouts (A's tile starts at row tile_m*bm, B's at tile_n*bn); `registers`: what
-    the kernel leaves a thread for the copies staged through registers (A takes its share first)."""
+    the kernel leaves a thread for the copies staged through registers (A takes its share first); `tf32`: rounded
+    to TF32 on their way."""
     value_type, copies = renderer.type_name(mm.dtype), []
     for n, op, layout, prologue in zip("AB", (mm.a, mm.b), layouts, operands):
         row0 = f"tile_{'m' if n == 'A' else 'n'}*{layout.rows}"
-        copy = OperandCopy(renderer, n, op, prologue, layout, threads, mm.k, value_type, row0, registers)
+        copy = OperandCopy(renderer, n, op, prologue, layout, threads, mm.k, value_type, row0, registers, tf32)
         registers -= copy.words if copy.staged else 0
         copies.append(copy)
     return copies[0], copies[1]

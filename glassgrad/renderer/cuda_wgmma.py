@@ -61,6 +61,13 @@ class WgmmaConfig:
     bn: int
     stages: int
     bk: int = LINE // 2  # k's in a step: one 128-byte line of a K-major operand
+    one_barrier: bool = False  # copies run stages-2 steps ahead, into a stage no warpgroup can still read: one barrier
+    # a step, not two (stages-1 ahead, the stage the last step used, free once every warpgroup is done with it)
+
+    @property
+    def ahead(self) -> int:
+        """Steps the copies run ahead of the math."""
+        return self.stages - 2 if self.one_barrier else self.stages - 1
 
     @property
     def threads(self) -> int:
@@ -80,7 +87,8 @@ class WgmmaConfig:
         return dtype in SIXTEEN_BITS
 
     def __str__(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages"
+        barrier = ", one barrier" if self.one_barrier else ""
+        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages{barrier}"
 
 
 # wgmma's configurations, in the heuristics' order of preference; on sm_90 they come before cuda_tc.py's, which stay
@@ -92,6 +100,9 @@ WGMMA_CONFIGS = (
     WgmmaConfig(128, 256, 3),
     WgmmaConfig(256, 128, 4),  # 4 warpgroups of 64x128
     WgmmaConfig(128, 128, 4),
+    WgmmaConfig(128, 256, 4, one_barrier=True),
+    WgmmaConfig(256, 128, 4, one_barrier=True),
+    WgmmaConfig(128, 128, 4, one_barrier=True),
 )
 
 WGMMA_HELPERS = [
@@ -159,7 +170,7 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
     room = register_room(c.threads, c.blocks_per_sm, c.bn // 2)  # beside the accumulators
     copies = operand_copies(renderer, mm, operands, (a, b), c.threads, room)
     itype = renderer.type_name(mm.index_dtype)
-    regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.stages - 1}"
+    regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.ahead}"
     aligned = f"(-gg_smem(gg_shared) & {ATOM - 1})"  # the swizzle's pattern starts at a multiple of 1024 bytes
     body = [
         "const int lane = threadIdx.x%32, warp = threadIdx.x%128/32, warpgroup = threadIdx.x/128;",
@@ -172,12 +183,12 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "#pragma unroll",
         f"for (int i = 0; i < {regs}; i++) acc[i] = 0.0f;",
         f"const int steps = {-(-mm.k // c.bk)};",
-        *pipeline_start(copies, stages),
+        *pipeline_start(copies, c.ahead + 1),
         "for (int kt = 0; kt < steps; kt++) {",
-        f"  if ({ahead} < steps) {{  // step kt+stages-1's register copies load now, store once its stage is free",
+        f"  if ({ahead} < steps) {{  // step kt+{c.ahead}'s register copies load now, store once its stage is free",
         *("    " + line for copy in copies for line in copy.prefetch(ahead)),
         "  }",
-        f"  gg_cp_async_wait<{stages - 2}>();  // step kt is in (this thread's copies), visible to the tensor cores,",
+        f"  gg_cp_async_wait<{c.ahead - 1}>();  // step kt is in (this thread's copies), visible to the tensor cores,",
         "  gg_fence_async_shared();",
         "  __syncthreads();  // and every thread's",
         "  const unsigned stage = kt%" + str(stages) + ";  // descriptors count 16-byte units from their start:",
@@ -190,7 +201,9 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "  gg_wgmma_commit();",
         "  gg_wgmma_wait<1>();  // this warpgroup's products of step kt-1 are done (step kt's run on)",
         "  gg_wgmma_hold(acc);",
-        "  __syncthreads();  // every warpgroup's: the stage step kt-1 used takes step kt+stages-1's copies",
+        "  // every warpgroup's: the stage step kt-1 used takes step kt+stages-1's copies (with one barrier a step,"
+        "  // step kt+stages-2's go into the one step kt-2 used, which every warpgroup was done with at the first)",
+        *(["  __syncthreads();"] if not c.one_barrier else []),
         f"  if ({ahead} < steps) {{",
         *("    " + line for copy in copies for line in copy.commit(ahead, f"({ahead})%{stages}")),
         "  }",
