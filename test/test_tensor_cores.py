@@ -7,6 +7,7 @@ import ctypes
 
 import pytest
 
+from api.test_linalg import MATMUL_SHAPES
 from glassgrad import Context, Tensor, backends, dtypes, get_float32_matmul_precision, set_float32_matmul_precision
 from glassgrad.codegen import choose_opts, get_program
 from glassgrad.codegen.opt import Opt
@@ -19,6 +20,7 @@ from glassgrad.renderer.cuda_simt import SimtConfig
 from glassgrad.renderer.cuda_tc import TileConfig
 from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS
 from glassgrad.runtime import ops_cuda
+from glassgrad.uop.ops import Ops
 from helpers import needs_nvrtc
 
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
@@ -136,6 +138,15 @@ def test_a_weight_gradient_sums_over_batch_and_time_as_one_k():
     assert match_matmul(_ast(x.grad)).k == 50257
 
 
+def test_a_factor_that_comes_twice_and_an_axis_no_factor_reads():
+    a, b = _empty(64, 32, dtype=F32), _empty(32, 48, dtype=F32)
+    mm = match_matmul(_ast((a * a) @ b))  # both of A's factors, though they are one UOp
+    assert mm is not None and mm.a.value.op is Ops.MUL and mm.a.value.src[0] is mm.a.value.src[1]
+    x, y = _empty(3, dtype=F32).requires_grad_(), _empty(4, dtype=F32).requires_grad_()
+    Tensor.einsum("i,j->ij", x, y).sum().backward()  # x.grad[i] = sum_j 1 * y[j]: nothing reads i, no product
+    assert match_matmul(_ast(x.grad)) is None
+
+
 def test_a_factor_that_moves_along_both_sides_joins_b_as_a_batch():  # sum_k a[i,k] b[j,k] c[i,j]: i is a batch
     mm = match_matmul(_ast((_empty(64, 1, 32) * _empty(1, 64, 32) * _empty(64, 64, 1)).sum(-1)))
     assert (mm.batch_shape, mm.m, mm.n, mm.k) == ((64,), 1, 64, 32)
@@ -146,6 +157,25 @@ def test_aligned_and_unaligned_slices_are_matrix_products():
     assert (mm.a.strided.offset, mm.b.strided.offset, mm.b.strided.row_stride) == (8 * 256, 16, 1)
     mm = match_matmul(_ast(_empty(256, 257)[:, 1:] @ _empty(256, 256)))  # rows 257 elements apart
     assert (mm.a.strided.row_stride, mm.a.strided.offset) == (257, 1)
+
+
+@pytest.mark.parametrize("dtype", [F16, F32])
+@pytest.mark.parametrize(
+    "shapes,fn",
+    [(shapes, "a@b") for shapes in MATMUL_SHAPES]
+    + [(((3,), (4,)), "i,j->ij"), (((3, 1), (4, 5)), "ij,jk->ik"), (((2, 3, 5), (2, 5, 4)), "bij,bjk->bik")],
+    ids=str,
+)
+def test_every_kernel_of_the_api_tests_forward_and_backward_renders(shapes, fn, dtype):
+    """What test/api/test_linalg.py runs on a GPU (CUDA=1): each kernel, where it is a product, under every
+    configuration that takes it."""
+    a, b = (_empty(*s, dtype=dtype).requires_grad_() for s in shapes)
+    out = a @ b if fn == "a@b" else Tensor.einsum(fn, a, b)
+    out.sum().backward()
+    for t in (out, a.grad, b.grad):
+        for item in t.schedule():
+            for opt in tensor_core_actions(item.ast, HOPPER):
+                assert get_program(item.ast, HOPPER, (opt,)).src
 
 
 # ---- which configuration ----

@@ -193,15 +193,17 @@ def _k_fast(value: UOp, strided: Strided | None) -> bool:
     return k == 1 or row != 1 and k <= row
 
 
-def _sides(shape: tuple[int, ...], k_axes: tuple[int, ...], reads: dict[UOp, set[int]]) -> tuple | None:
-    """(A's factors, B's factors, A's own axes, B's own axes, batch axes): B's factors read the innermost axis that not
-    every factor reads (the output's columns, say); an axis only A's (B's) factors read is A's (B's) own."""
+def _sides(shape: tuple[int, ...], k_axes: tuple[int, ...], factors: list[UOp], reads: dict[UOp, set[int]]
+           ) -> tuple | None:  # fmt: skip
+    """(A's factors, B's factors, A's own axes, B's own axes, batch axes): B's factors read the innermost axis that
+    some factors read and others don't (the output's columns, say); an axis only A's (B's) factors read is A's (B's)
+    own; the rest are batch axes (what no factor reads too: the product broadcast along it)."""
     outputs = [a for a in range(len(shape)) if a not in k_axes and shape[a] > 1]
-    one_sided = [a for a in outputs if not all(a in r for r in reads.values())]
+    one_sided = [a for a in outputs if 0 < sum(a in reads[f] for f in factors) < len(factors)]
     if not one_sided:
         return None
-    b_factors = [f for f, r in reads.items() if one_sided[-1] in r]
-    a_factors = [f for f, r in reads.items() if one_sided[-1] not in r]
+    b_factors = [f for f in factors if one_sided[-1] in reads[f]]  # a factor may come twice: a*a
+    a_factors = [f for f in factors if one_sided[-1] not in reads[f]]
     only = lambda mine, others: tuple(a for a in one_sided if any(a in reads[f] for f in mine) and
                                       not any(a in reads[f] for f in others))  # fmt: skip
     m_axes, n_axes = only(a_factors, b_factors), only(b_factors, a_factors)
@@ -233,7 +235,7 @@ def match_matmul(ast: UOp) -> Matmul | None:
         lowered = {f: simplify(lowerer.value(f, at)) for f in factors}
     except NotImplementedError:
         return None
-    if (sides := _sides(shape, k_axes, {f: _axes_read(v) for f, v in lowered.items()})) is None:
+    if (sides := _sides(shape, k_axes, factors, {f: _axes_read(v) for f, v in lowered.items()})) is None:
         return None
     a_factors, b_factors, m_axes, n_axes, batch_axes = sides
     sizes = lambda axes: [shape[a] for a in axes if shape[a] > 1]  # noqa: E731

@@ -92,16 +92,19 @@ class WgmmaConfig:
 
 
 # wgmma's configurations, in the heuristics' order of preference; on sm_90 they come before cuda_tc.py's, which stay
-# for other cards (bench/tensor_cores.py, H100, n = 4096 and 8192: 128x256 with 4 stages reached 0.71-0.83 of cuBLAS,
-# 128x128 with 3 stages 0.63-0.69, the mma.sync kernels 0.48-0.54)
+# for other cards (bench/tensor_cores.py, H200, 2026-11-27, float16 / bfloat16 8192: 128x256 with 4 stages and one
+# barrier 660 / 674 TFLOP/s, 0.88 / 0.89 of cuBLAS, with two barriers 637 / 658; 256x128 with one barrier 635 / 644,
+# the fastest for GPT-2's head x @ W whose rows start anywhere, 163; 128x128 with 3 stages, two blocks a
+# multiprocessor, 583 / 572, the fastest where A's rows start anywhere (dlogits @ wte, 106); the mma.sync kernels
+# 0.45-0.52 of cuBLAS)
 WGMMA_CONFIGS = (
-    WgmmaConfig(128, 256, 4),  # 2 warpgroups of 64x256, 192 KB: one block a multiprocessor
+    WgmmaConfig(128, 256, 4, one_barrier=True),  # 2 warpgroups of 64x256, 192 KB: one block a multiprocessor
     WgmmaConfig(128, 128, 3),  # 2 warpgroups of 64x128, 96 KB: two blocks a multiprocessor
+    WgmmaConfig(256, 128, 4, one_barrier=True),  # 4 warpgroups of 64x128
+    WgmmaConfig(128, 256, 4),
     WgmmaConfig(128, 256, 3),
-    WgmmaConfig(256, 128, 4),  # 4 warpgroups of 64x128
+    WgmmaConfig(256, 128, 4),
     WgmmaConfig(128, 128, 4),
-    WgmmaConfig(128, 256, 4, one_barrier=True),
-    WgmmaConfig(256, 128, 4, one_barrier=True),
     WgmmaConfig(128, 128, 4, one_barrier=True),
 )
 
