@@ -17,18 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import DType, dtypes
-from glassgrad.renderer.cuda_tiles import (
-    TileLayout,
-    accumulator_lines,
-    epilogue_writer,
-    kernel_source,
-    operand_copies,
-    origin_lines,
-    pipeline_start,
-    register_room,
-    shared_lines,
-    tile_lines,
-)
+from glassgrad.renderer import cuda_tiles as tiles
 
 if TYPE_CHECKING:
     from glassgrad.codegen.tensor_cores import Matmul, Prologue
@@ -38,7 +27,7 @@ if TYPE_CHECKING:
 PAD = 16  # bytes after each line of a stage
 
 
-class PaddedLayout(TileLayout):
+class PaddedLayout(tiles.TileLayout):
     """A stage as the SIMT kernel reads it: row-major lines, each PAD bytes longer than its data."""
 
     def __init__(self, rows: int, bk: int):
@@ -99,12 +88,12 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
                 operands: tuple[Prologue, Prologue]) -> str:  # fmt: skip
     """The CUDA source of the SIMT kernel `name` for `mm` with tiles `config`; `epilogue` and `operands` as in
     cuda_tc.render_matmul."""
-    writer = epilogue_writer(renderer, name, epilogue)
+    writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
     a, b = PaddedLayout(c.bm, c.bk), PaddedLayout(c.bn, c.bk)
     held = c.tm * c.tn + c.tm + c.tn  # the accumulators and one k's values
-    copies = operand_copies(renderer, mm, operands, (a, b), c.threads,
-                            register_room(c.threads, c.blocks_per_sm, held))  # fmt: skip
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads,
+                            tiles.register_room(c.threads, c.blocks_per_sm, held))  # fmt: skip
     itype = renderer.type_name(mm.index_dtype)
     grid_n, apart_m, apart_n = c.bn // c.tn, c.bm // (c.tm // 4), c.bn // (c.tn // 4)
     ahead, stage = f"kt + {c.stages - 1}", f"(kt + {c.stages - 1})%{c.stages}"
@@ -121,9 +110,9 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
         ]
     body = [
         f"const int tx = threadIdx.x%{grid_n}, ty = threadIdx.x/{grid_n};",
-        *tile_lines(mm, c.bm, c.bn, itype),
-        *origin_lines(renderer, mm, writer, copies),
-        *shared_lines(copies, ("0", str(c.stages * a.stage_bytes)), pointers=True),
+        *tiles.tile_lines(mm, c.bm, c.bn, itype),
+        *tiles.origin_lines(renderer, mm, writer, copies),
+        *tiles.shared_lines(copies, ("0", str(c.stages * a.stage_bytes)), pointers=True),
         *(line for copy in copies for line in copy.declare()),
         f"float acc[{c.tm}][{c.tn}];",
         "#pragma unroll",
@@ -131,7 +120,7 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
         "#pragma unroll",
         f"  for (int j = 0; j < {c.tn}; j++) acc[i][j] = 0.0f;",
         f"const int steps = {-(-mm.k // c.bk)};",
-        *pipeline_start(copies, c.stages),
+        *tiles.pipeline_start(copies, c.stages),
         f"gg_cp_async_wait<{c.stages - 2}>();",
         "__syncthreads();",
         "for (int kt = 0; kt < steps; kt++) {",
@@ -162,8 +151,8 @@ def render_simt(renderer: CStyleRenderer, name: str, mm: Matmul, config: SimtCon
         f"for (int i = 0; i < {c.tm}; i++)",
         "#pragma unroll",
         f"  for (int j = 0; j < {c.tn}; j++) {{",
-        *("    " + line for line in accumulator_lines(writer, mm, itype, row, col, "acc[i][j]", c.bm, c.bn)),
+        *("    " + line for line in tiles.accumulator_lines(writer, mm, itype, row, col, "acc[i][j]", c.bm, c.bn)),
         "  }",
     ]
-    return kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes, [],
-                         body)  # fmt: skip
+    size = (c.threads, c.blocks_per_sm, c.shared_bytes)
+    return tiles.kernel_source(renderer, writer, epilogue, operands, name, *size, [], body)

@@ -22,18 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import DType, dtypes
-from glassgrad.renderer.cuda_tiles import (
-    TileLayout,
-    accumulator_lines,
-    epilogue_writer,
-    kernel_source,
-    operand_copies,
-    origin_lines,
-    pipeline_start,
-    register_room,
-    shared_lines,
-    tile_lines,
-)
+from glassgrad.renderer import cuda_tiles as tiles
 from glassgrad.uop.ops import UOp
 
 if TYPE_CHECKING:
@@ -124,7 +113,7 @@ def swizzled_chunk(line: str, chunk: str, chunks_per_line: int) -> str:
     return f"(({line})*{chunks_per_line}+(({chunk})^{mix}))"
 
 
-class SwizzledLayout(TileLayout):
+class SwizzledLayout(tiles.TileLayout):
     """An operand's stage as ldmatrix reads it: swizzled chunks, and where its lines start for a 16 x 16-byte
     block of the fragments."""
 
@@ -182,25 +171,26 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
     """The CUDA source of the mma.sync kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
     that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores, and
     `operands` A's and B's values at one position (renderer/cuda_tiles.py)."""
-    writer = epilogue_writer(renderer, name, epilogue)
+    writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
     a = SwizzledLayout(c.bm, c.bk, c.size, k_major(mm, "A", c.tf32))
     b = SwizzledLayout(c.bn, c.bk, c.size, k_major(mm, "B", c.tf32))
     kstep = 32 // c.size  # k's of one mma: two 16-byte chunks
     warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // kstep
     held = mi * ni * 4 + 2 * (mi * 4 + ni * 2)  # the accumulators, and two k pieces' fragments
-    copies = operand_copies(renderer, mm, operands, (a, b), c.threads, register_room(c.threads, 1, held), c.tf32)
+    room = tiles.register_room(c.threads, 1, held)
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room, c.tf32)
     assert ksteps >= 2, "a step's copies are staged over two of its k pieces"
     itype = renderer.type_name(mm.index_dtype)
     row, col = f"tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4", f"tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2"
-    store = accumulator_lines(writer, mm, itype, row, col, "acc[i][j][e]", c.bm, c.bn)
+    store = tiles.accumulator_lines(writer, mm, itype, row, col, "acc[i][j][e]", c.bm, c.bn)
     stage = f"(kt + {c.stages - 1})%{c.stages}"
     body = [
         "const int lane = threadIdx.x%32, warp = threadIdx.x/32;",
         f"const int warp_m = (warp/{warps_n})*{c.warp_m}, warp_n = (warp%{warps_n})*{c.warp_n};",
-        *tile_lines(mm, c.bm, c.bn, itype),
-        *origin_lines(renderer, mm, writer, copies),
-        *shared_lines(copies, ("0", str(c.stages * a.stage_bytes))),
+        *tiles.tile_lines(mm, c.bm, c.bn, itype),
+        *tiles.origin_lines(renderer, mm, writer, copies),
+        *tiles.shared_lines(copies, ("0", str(c.stages * a.stage_bytes))),
         *(line for copy in copies for line in copy.declare()),
         f"float acc[{mi}][{ni}][4];",
         "#pragma unroll",
@@ -210,7 +200,7 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         "#pragma unroll",
         "    for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;",
         f"const int steps = {-(-mm.k // c.bk)};",
-        *pipeline_start(copies, c.stages),
+        *tiles.pipeline_start(copies, c.stages),
         f"gg_cp_async_wait<{c.stages - 2}>();",
         "__syncthreads();",
         f"unsigned fa[2][{mi}][4], fb[2][{ni}][2];  // fragments: the k piece in the tensor cores, and the next",
@@ -265,4 +255,4 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
     ]
     shape = "m16n8k8" if c.tf32 else "m16n8k16"
     helpers = LDMATRIX_HELPERS + [MMA.format(shape=shape, t=MMA_TYPES[mm.dtype])]
-    return kernel_source(renderer, writer, epilogue, operands, name, c.threads, 1, c.shared_bytes, helpers, body)
+    return tiles.kernel_source(renderer, writer, epilogue, operands, name, c.threads, 1, c.shared_bytes, helpers, body)

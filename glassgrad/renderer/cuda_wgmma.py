@@ -29,19 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import DType, dtypes
+from glassgrad.renderer import cuda_tiles as tiles
 from glassgrad.renderer.cuda_tc import SIXTEEN_BITS, k_major
-from glassgrad.renderer.cuda_tiles import (
-    TileLayout,
-    accumulator_lines,
-    epilogue_writer,
-    kernel_source,
-    operand_copies,
-    origin_lines,
-    pipeline_start,
-    register_room,
-    shared_lines,
-    tile_lines,
-)
 
 if TYPE_CHECKING:
     from glassgrad.codegen.tensor_cores import Matmul, Prologue
@@ -137,7 +126,7 @@ def wgmma_helper(n: int, dtype: str, trans_a: int, trans_b: int) -> str:
     )
 
 
-class SwizzledTile(TileLayout):
+class SwizzledTile(tiles.TileLayout):
     """An operand's stage in shared memory as wgmma reads it (128-byte swizzle), and its descriptors."""
 
     def offset(self, line: str, chunk: str) -> str:
@@ -166,27 +155,27 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
                  operands: tuple[Prologue, Prologue]) -> str:  # fmt: skip
     """The CUDA source (sm_90a) of the wgmma kernel `name` for `mm` with tiles `config`; `epilogue` and `operands`
     as in cuda_tc.render_matmul."""
-    writer = epilogue_writer(renderer, name, epilogue)
+    writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
     a = SwizzledTile(c.bm, c.bk, 2, k_major(mm, "A"))
     b = SwizzledTile(c.bn, c.bk, 2, k_major(mm, "B"))
-    room = register_room(c.threads, c.blocks_per_sm, c.bn // 2)  # beside the accumulators
-    copies = operand_copies(renderer, mm, operands, (a, b), c.threads, room)
+    room = tiles.register_room(c.threads, c.blocks_per_sm, c.bn // 2)  # beside the accumulators
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room)
     itype = renderer.type_name(mm.index_dtype)
     regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.ahead}"
     aligned = f"(-gg_smem(gg_shared) & {ATOM - 1})"  # the swizzle's pattern starts at a multiple of 1024 bytes
     body = [
         "const int lane = threadIdx.x%32, warp = threadIdx.x%128/32, warpgroup = threadIdx.x/128;",
-        *tile_lines(mm, c.bm, c.bn, itype),
-        *origin_lines(renderer, mm, writer, copies),
-        *shared_lines(copies, (aligned, f"{aligned} + {stages * a.stage_bytes}")),
+        *tiles.tile_lines(mm, c.bm, c.bn, itype),
+        *tiles.origin_lines(renderer, mm, writer, copies),
+        *tiles.shared_lines(copies, (aligned, f"{aligned} + {stages * a.stage_bytes}")),
         f"const unsigned long long desc_a = {a.descriptor('sA', 'warpgroup*64')}, desc_b = {b.descriptor('sB', '0')};",
         *(line for copy in copies for line in copy.declare()),
         f"float acc[{regs}];",
         "#pragma unroll",
         f"for (int i = 0; i < {regs}; i++) acc[i] = 0.0f;",
         f"const int steps = {-(-mm.k // c.bk)};",
-        *pipeline_start(copies, c.ahead + 1),
+        *tiles.pipeline_start(copies, c.ahead + 1),
         "for (int kt = 0; kt < steps; kt++) {",
         f"  if ({ahead} < steps) {{  // step kt+{c.ahead}'s register copies load now, store once its stage is free",
         *("    " + line for copy in copies for line in copy.prefetch(ahead)),
@@ -222,12 +211,12 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         f"for (int j = 0; j < {c.bn // 8}; j++)",
         "#pragma unroll",
         "  for (int e = 0; e < 4; e++) {",
-        *("    " + line for line in accumulator_lines(
+        *("    " + line for line in tiles.accumulator_lines(
             writer, mm, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
             f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f", c.bm, c.bn)),
         "  }",
     ]  # fmt: skip
     dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
     helpers = WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
-    return kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes,
+    return tiles.kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes,
                          helpers, body)  # fmt: skip
