@@ -20,7 +20,7 @@ from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
 from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import dtypes
-from glassgrad.helpers import DEBUG, prod
+from glassgrad.helpers import DEBUG, TF32, prod
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -166,7 +166,8 @@ def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
 def _cache_key(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:
     from glassgrad.runtime.device import Device
 
-    return f"{device}\0{Device[device].compiler.cache_key}\0{width}\0{heuristic}\0{ast!r}"
+    tf32 = "\0tf32" if TF32 else ""  # TF32 adds the tensor cores' configurations for float32 products
+    return f"{device}\0{Device[device].compiler.cache_key}\0{width}\0{heuristic}{tf32}\0{ast!r}"
 
 
 def cached_opts(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...] | None = None) -> tuple[Opt, ...] | None:
