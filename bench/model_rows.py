@@ -190,7 +190,7 @@ def torch_train_side(model, optimizer, batches: list[tuple], device: str, autoca
         return out
 
     inputs = [torch_inputs(b, device) for b in batches]
-    state = lambda: {name: t.detach().float().cpu().numpy() for name, t in model.state_dict().items()}
+    state = lambda: {name: t.detach().float().cpu().numpy().copy() for name, t in model.state_dict().items()}
     return Side(lambda i: step(*inputs[i % len(inputs)]), lambda loss: np.float64(loss.item()), torch_sync(device),
                 inference, state)  # fmt: skip
 
