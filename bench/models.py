@@ -43,7 +43,10 @@ from dataclasses import dataclass, replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import torch  # noqa: E402
+
 from bench.common import cpu_model  # noqa: E402
+from bench.gpu import card  # noqa: E402
 from bench.model_rows import CHECK_STEPS, ROWS, Plan, Setting, Side, relative_error  # noqa: E402
 from glassgrad import Device  # noqa: E402
 
@@ -86,8 +89,6 @@ def run_side(make: Callable[[], Side], reference: list | None, steps: int, warmu
 def free_memory() -> None:
     """Give back what the last side held (its model, optimizer and batches), here and in PyTorch's cache."""
     gc.collect()
-    import torch
-
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -199,8 +200,6 @@ def versions() -> str:
 
 
 def header(device: str) -> None:
-    from bench.gpu import card
-
     where = f"GPU: {card()}" if device == "CUDA" else f"CPU: {cpu_model()}, {os.cpu_count()} cores"
     print(f"# bench/models.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {where}")
     print(f"# {versions()}; load average {os.getloadavg()[0]:.2f}")
@@ -210,8 +209,6 @@ def header(device: str) -> None:
 
 def cuda_usable() -> bool:
     """Whether both PyTorch and glassgrad can use a GPU here."""
-    import torch
-
     if not torch.cuda.is_available():
         return False
     try:
@@ -253,14 +250,13 @@ def main() -> None:
             print(f"{name:<21} {row.device:<5} {row.precision:<5} {row.sizes}")
         return
     device = args.device or ("CUDA" if cuda_usable() else "CPU")
+    names = chosen_rows(args, device)
     Device.DEFAULT = device
-    import torch
-
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     header(device)
     overrides = {flag: v for flag in SIZE_FLAGS if (v := getattr(args, flag)) is not None}
     results: dict[str, tuple[Plan, dict[str, Outcome]]] = {}
-    for name in chosen_rows(args, device):
+    for name in names:
         row = ROWS[name]
         if row.cpu_only and device != "CPU":
             print(f"# {name}: skipped, a CPU row (its PyTorch side runs on the CPU)")
