@@ -60,8 +60,8 @@ def torch_gpt2(w: dict, cfg: gpt2.GPT2Config, tokens, cache: list | None = None,
 
     batch, length = tokens.shape
     width, heads, eps = cfg.n_embd, cfg.n_head, cfg.layer_norm_eps
-    positions = torch.arange(length) if pos is None else torch.tensor([pos])
-    positions = positions.to(tokens.device)
+    device = tokens.device
+    positions = torch.arange(length, device=device) if pos is None else torch.tensor([pos], device=device)
     x = w["wte.weight"][tokens] + w["wpe.weight"][positions]
     for i in range(cfg.n_layer):
         p = lambda name: w[f"h.{i}.{name}"]  # noqa: B023 (used inside the iteration that made it)
