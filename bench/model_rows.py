@@ -467,8 +467,8 @@ ROWS: dict[str, Row] = {
         functools.partial(resnet_train, arch="resnet50", cifar_stem=False),
         "bf16",
         Sizes(batch=64, width=64, image=224),
-        Sizes(batch=2, width=8, image=32),
-    ),
+        RESNET50_TINY,
+    ),  # fmt: skip
     "resnet18-train": Row("CPU", resnet18_cifar, "fp32", Sizes(batch=32, width=64, image=32), RESNET_TINY),
     "gpt2-train": Row(
         "CPU", gpt2_train, "fp32", Sizes(batch=8, seq=128, layers=6, width=384, heads=6, vocab=8192, ctx=128), GPT2_TINY
