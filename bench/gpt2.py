@@ -60,7 +60,8 @@ def torch_gpt2(w: dict, cfg: gpt2.GPT2Config, tokens, cache: list | None = None,
 
     batch, length = tokens.shape
     width, heads, eps = cfg.n_embd, cfg.n_head, cfg.layer_norm_eps
-    positions = torch.arange(length) if pos is None else torch.tensor([pos])
+    device = tokens.device
+    positions = torch.arange(length, device=device) if pos is None else torch.tensor([pos], device=device)
     x = w["wte.weight"][tokens] + w["wpe.weight"][positions]
     for i in range(cfg.n_layer):
         p = lambda name: w[f"h.{i}.{name}"]  # noqa: B023 (used inside the iteration that made it)
@@ -136,9 +137,10 @@ def gpt2_on_tinygrad() -> types.ModuleType:
     return module
 
 
-def model_logits(module: types.ModuleType, weights: dict[str, np.ndarray]) -> Callable[[int, int], list[float]]:
+def model_logits(module: types.ModuleType, weights: dict[str, np.ndarray],
+                 cfg: gpt2.GPT2Config = CFG) -> Callable[[int, int], list[float]]:  # fmt: skip
     """logits(token, pos) of module's Generator (glassgrad's gpt2 module, or its tinygrad copy) on these weights."""
-    model = module.GPT2(CFG)
+    model = module.GPT2(cfg)
     module.nn.state.load_state_dict(model, {name: module.Tensor(a) for name, a in weights.items()})
     return module.Generator(model).logits
 

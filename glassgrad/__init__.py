@@ -1,6 +1,7 @@
 """glassgrad: a small, lazy deep-learning framework you can read end to end."""
 
-from glassgrad import nn  # noqa: E402  (after Tensor: nn is built on it)
+from glassgrad import backends, nn  # noqa: E402  (after Tensor: nn is built on it)
+from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_matmul_precision
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
 from glassgrad.helpers import Context, getenv
@@ -8,4 +9,16 @@ from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "getenv", "nn"]
+__all__ = [
+    "Context",
+    "Device",
+    "GlobalCounters",
+    "Tensor",
+    "TinyJit",
+    "backends",
+    "dtypes",
+    "get_float32_matmul_precision",
+    "getenv",
+    "nn",
+    "set_float32_matmul_precision",
+]

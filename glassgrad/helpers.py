@@ -48,6 +48,7 @@ class ContextVar:
 DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 BEAM = ContextVar("BEAM", 0)
+TF32 = ContextVar("TF32", 0)  # 1: float32 contractions may run on the tensor cores as TF32 (glassgrad.backends)
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
 

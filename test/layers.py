@@ -32,7 +32,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "runtime": ("runtime", "runtime.*"),  # devices: memory, compilers, programs
     "engine": ("engine", "engine.*"),  # realize: schedule, compile, run
     "tensor": ("tensor", "tensor_*", "live", "gradient", "host_data", "mixin", "mixin.*"),  # the Tensor API
-    "frontend": ("", "engine.jit", "nn", "nn.*", "onnx", "onnx.*", "models", "models.*"),  # built on Tensor
+    # built on Tensor; backends/: PyTorch's switches (TF32), the user's to set
+    "frontend": ("", "engine.jit", "nn", "nn.*", "onnx", "onnx.*", "models", "models.*", "backends", "backends.*"),
 }
 
 MAY_IMPORT: dict[str, tuple[str, ...]] = {

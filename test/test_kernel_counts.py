@@ -375,6 +375,6 @@ def test_noopt_in_the_middle_of_a_run_compiles_plain_loops():
     with Context(NOOPT=1):
         (x.sum(axis=1) * 3).realize()  # the same AST: with NOOPT it must get a program of its own, unoptimized
     by_ast: dict = {}
-    for (_, ast, noopt, _), kernel in engine._kernels.items():
+    for (_, ast, noopt, *_), kernel in engine._kernels.items():
         by_ast.setdefault(ast, {})[noopt] = kernel.spec.opts
     assert any(opts[0] != () and opts[1] == () for opts in by_ast.values() if 0 in opts and 1 in opts)

@@ -98,3 +98,17 @@ def test_constant_folding_wraps_as_the_kernels(device, name):
     lowest = np.array([np.iinfo(np_dtype).min], np_dtype)
     with np.errstate(all="ignore"):
         assert exec_alu(Ops.NEG, dtype, [int(lowest[0])]) == (-lowest)[0]
+
+
+def test_int32_and_int64_data_math_wraps_in_generated_source():
+    """int and long long overflow is undefined in C and CUDA (NVRTC computed an overflowing (a + a) % b in 64 bits):
+    data values are computed in the unsigned type, index math keeps its signed form."""
+    from glassgrad.codegen import get_program
+    from glassgrad.renderer.cuda import CUDARenderer
+
+    for dtype, unsigned in ((dtypes.int32, "unsigned int"), (dtypes.int64, "unsigned long long")):
+        t = (Tensor.empty(37, dtype=dtype) + Tensor.empty(37, dtype=dtype)) * 3
+        (item,) = [i for i in t.schedule() if i.ast.op is Ops.SINK]
+        src = get_program(item.ast, CUDARenderer()).src
+        assert f"(({unsigned})val0)*3" in src, src
+        assert "ridx0 = gidx" in src and "(unsigned int)gidx" not in src  # the thread's index stays signed

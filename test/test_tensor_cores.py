@@ -1,122 +1,223 @@
-"""Tensor cores (codegen/tensor_cores.py, renderer/cuda_tc.py): which kernels take the TC action, and on a GPU, that
-the tensor-core kernel computes float16 and bfloat16 products (plain, transposed, batched, with fused epilogues) as
-PyTorch does.
-
-Recognising matrix products, choosing a tile and rendering the source run everywhere; compiling needs NVRTC (the
-nvidia-cuda-nvrtc wheel will do, no GPU) and running needs a GPU: those tests skip, saying why, where they are missing.
-Hopper's wgmma kernels (renderer/cuda_wgmma.py) compile everywhere NVRTC is and run only on sm_90.
+"""Tiled contractions (codegen/tensor_cores.py, renderer/cuda_tc.py, cuda_wgmma.py, cuda_simt.py), everywhere: which
+kernels are matrix products, which configuration the heuristics choose, what the source holds, and that every kernel's
+source compiles with NVRTC (the nvidia-cuda-nvrtc wheel will do, no GPU). test_tensor_cores_gpu.py runs them.
 """
 
 import ctypes
 
-import numpy as np
 import pytest
-import torch
 
-from glassgrad import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes
+from api.test_linalg import MATMUL_SHAPES
+from glassgrad import Context, Tensor, backends, dtypes, get_float32_matmul_precision, set_float32_matmul_precision
 from glassgrad.codegen import choose_opts, get_program
 from glassgrad.codegen.opt import Opt
 from glassgrad.codegen.search import valid
 from glassgrad.codegen.tensor_cores import match_matmul, tensor_core_actions, tensor_core_opts
+from glassgrad.engine.realize import _kernel_key
 from glassgrad.renderer.cstyle import CRenderer
-from glassgrad.renderer.cuda import CUDARenderer
-from glassgrad.renderer.cuda_tc import TILE_CONFIGS
-from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS, WGMMA_CONFIGS, WgmmaConfig
+from glassgrad.renderer.cuda import HOPPER_CONFIGS, MATMUL_CONFIGS, CUDARenderer
+from glassgrad.renderer.cuda_simt import SimtConfig
+from glassgrad.renderer.cuda_tc import TileConfig
+from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS
 from glassgrad.runtime import ops_cuda
-from glassgrad.runtime.device import Buffer
-from helpers import needs_gpu, needs_nvrtc
+from glassgrad.uop.ops import Ops
+from helpers import needs_nvrtc
 
-TORCH = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
     "a@b": lambda a, b: a @ b,
     "a.T@b": lambda a, b: a.T @ b,
     "a@b.T": lambda a, b: a @ b.T,
     "a.T@b.T": lambda a, b: a.T @ b.T,
 }
-CUDA = CUDARenderer()
+CUDA = CUDARenderer()  # an sm_80 device's configurations
 HOPPER = CUDARenderer()
 HOPPER.tile_configs = HOPPER_CONFIGS  # as an sm_90 device sets it
+F16, BF16, F32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
 
 
 def _ast(t: Tensor):
     return t.schedule()[-1].ast
 
 
-def _empty(*shape: int, dtype=dtypes.float16) -> Tensor:
+def _empty(*shape: int, dtype=F16) -> Tensor:
     return Tensor.empty(*shape, dtype=dtype, device="CPU")
 
 
-# ---- everywhere: which kernels are matrix products, which tile they get ----
+def _operands(form: str, m: int, k: int, n: int, dtype=F16) -> tuple[Tensor, Tensor]:
+    a = _empty(k, m, dtype=dtype) if "a.T" in form else _empty(m, k, dtype=dtype)
+    b = _empty(n, k, dtype=dtype) if "b.T" in form else _empty(k, n, dtype=dtype)
+    return a, b
 
 
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def _config(renderer: CUDARenderer, opts: tuple[Opt, ...]):
+    return renderer.tile_configs[opts[0].amount]
+
+
+# ---- which kernels are matrix products ----
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, F32])
 @pytest.mark.parametrize("form", FORMS)
-def test_matrix_products_of_16_bit_floats_take_tensor_cores(dtype, form):
-    a = _empty(256, 256, dtype=dtype)
-    b = _empty(512, 256, dtype=dtype) if form.endswith("b.T") else _empty(256, 512, dtype=dtype)
-    ast = _ast(FORMS[form](a, b))
+def test_matrix_products_of_floats_are_recognised_in_every_layout(dtype, form):
+    mm = match_matmul(_ast(FORMS[form](*_operands(form, 256, 320, 512, dtype))))
+    assert mm is not None and (mm.m, mm.n, mm.k, mm.dtype) == (256, 512, 320, dtype)
+    assert (mm.a.strided.k_stride == 1) == ("a.T" not in form) and (mm.b.strided.k_stride == 1) == ("b.T" in form)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 7, 50257), (7, 7, 7), (7, 50257, 1), (300, 768, 50257), (100, 70, 50)])
+def test_any_size_is_a_matrix_product_and_every_configuration_takes_it(m, k, n):
+    ast = _ast(_empty(m, k) @ _empty(k, n))
     mm = match_matmul(ast)
-    assert mm is not None and (mm.m, mm.n, mm.k, mm.dtype) == (256, 512, 256, dtype)
-    assert (mm.a.k_stride == 1) == ("a.T" not in form) and (mm.b.k_stride == 1) == ("b.T" in form)
-    assert tensor_core_opts(ast, CUDA) == (Opt("TC", 0, 6),)  # 64x64 tiles: 32 blocks, the most
+    assert {mm.m, mm.n} == {m, n} and mm.k == k and mm.m * mm.n == m * n
+    sixteen = [i for i, c in enumerate(HOPPER_CONFIGS) if not isinstance(c, SimtConfig) and not getattr(c, "tf32", 0)]
+    assert [o.amount for o in tensor_core_actions(ast, HOPPER)] == sixteen
+    if min(m, n, k) < 16:  # too thin for tiles: the ordinary kernel's threads share its sums
+        assert tensor_core_opts(ast, HOPPER) == ()
 
 
-def test_batched_and_broadcast_products_and_fused_epilogues_take_tensor_cores():
-    a, b, bias = _empty(3, 256, 128), _empty(3, 128, 64), _empty(64)
+def test_batched_and_broadcast_products():
+    a, b = _empty(3, 256, 128), _empty(3, 128, 64)
     mm = match_matmul(_ast(a @ b))
-    assert mm.batch_shape == (3,) and mm.a.batch_strides == (256 * 128,) and mm.b.batch_strides == (128 * 64,)
-    assert match_matmul(_ast(a @ _empty(128, 64))).b.batch_strides == (0,)  # one B for every batch entry
+    assert mm.batch_shape == (3,) and (mm.a.strided.batch_strides, mm.b.strided.batch_strides) == ((32768,), (8192,))
+    broadcast = match_matmul(_ast(a @ _empty(128, 64)))  # one B for every batch entry: A's rows are all 768 of them
+    assert broadcast.batch_shape == () and (broadcast.m, broadcast.a.strided.row_stride) == (768, 128)
     assert match_matmul(_ast(_empty(2, 3, 64, 32) @ _empty(2, 3, 32, 64))).batch_shape == (2, 3)
-    assert match_matmul(_ast((a @ b).relu() + bias)) is not None
+    scores = match_matmul(_ast(_empty(2, 12, 77, 64) @ _empty(2, 12, 77, 64).transpose(-1, -2)))
+    assert scores.batch_shape == (2, 12) and (scores.m, scores.n, scores.k) == (77, 77, 64)
+
+
+def test_epilogues_and_prologues_are_part_of_the_product():
+    a, b, bias, res = _empty(256, 128), _empty(128, 64), _empty(64), _empty(256, 64)
+    assert match_matmul(_ast(((a @ b) + bias).gelu() + res)) is not None  # bias, GELU, residual: the epilogue
     assert match_matmul(_ast((a @ b).float() * 2)) is not None
-    assert match_matmul(_ast(a.float().matmul(b.float()))) is not None  # float(a) * float(b): exact products
+    scaled = match_matmul(_ast((a * 0.125) @ b))  # a scale before the sum: A is computed
+    assert scaled.dtype == F16 and scaled.a.strided is None and scaled.b.strided is not None
+    mask = _empty(256, 128, dtype=dtypes.bool)
+    assert match_matmul(_ast(mask.where(a, 0) @ b)).a.strided is None  # a mask
+    autocast = match_matmul(_ast(_empty(256, 128, dtype=F32).cast(F16) @ b))  # float32 weights cast to half
+    assert autocast.dtype == F16 and autocast.a.strided is None
 
 
-def test_a_half_linear_layers_gradients_take_tensor_cores():
-    x, w = _empty(256, 512).requires_grad_(), _empty(1024, 512).requires_grad_()
-    x.linear(w).backward(_empty(256, 1024))  # the gradient reaches each product as half(float(g))
-    assert tensor_core_opts(_ast(x.grad), CUDA) and tensor_core_opts(_ast(w.grad), CUDA)
-    assert match_matmul(_ast(_empty(256, 256) @ _empty(256, 256).float().cast(dtypes.bfloat16))) is None
+def test_products_mixing_dtypes_multiply_in_float32():
+    mm = match_matmul(_ast(_empty(256, 256) @ _empty(256, 256).float().cast(BF16)))  # half times bfloat16
+    assert mm.dtype == F32 and mm.a.strided is None and mm.b.strided is None
+    mm = match_matmul(_ast(_empty(256, 64).float() @ _empty(64, 32, dtype=F32)))
+    assert mm.dtype == F32 and mm.a.strided is None and mm.b.strided is not None
 
 
-def test_large_matrices_take_the_large_tile():
-    a, b = _empty(4096, 4096), _empty(4096, 4096)
-    assert tensor_core_opts(_ast(a @ b), CUDA) == (Opt("TC", 0, 0),)
-    assert (TILE_CONFIGS[0].bm, TILE_CONFIGS[0].bn) == (128, 128)
+def test_the_attention_output_projection_reads_its_heads_in_chunks():
+    heads = _empty(2, 12, 64, 64)  # batch, heads, tokens, head size: back into rows of 768
+    ast = _ast(heads.transpose(1, 2).reshape(2, 64, 768) @ _empty(768, 768).T)
+    mm = match_matmul(ast)
+    assert mm is not None and mm.a.strided is None and mm.a.k_fast
+    src = get_program(ast, HOPPER, tensor_core_opts(ast, HOPPER)).src
+    assert "gg_v0_7" in src and "*(const uint4*)((const unsigned char*)(data1" in src  # 16-byte loads of 8 lanes
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: _empty(256, 256, dtype=dtypes.float32) @ _empty(256, 256, dtype=dtypes.float32),  # not 16-bit
         lambda: _empty(256, 256) + 1,  # no sum
         lambda: _empty(256, 256).sum(axis=1),  # no product
-        lambda: _empty(256, 257)[:, 1:] @ _empty(256, 256),  # rows 257 elements apart: not 16-byte aligned
-        lambda: _empty(256 * 256 + 1)[1:].reshape(256, 256) @ _empty(256, 256),  # starts 1 element in
-        lambda: _empty(256, 256).pad(((0, 0), (0, 8))) @ _empty(264, 256),  # padding: a masked view
         lambda: (_empty(256, 256) @ _empty(256, 256)).T.contiguous(),  # the sum read away from its own position
         lambda: (_empty(256, 256) @ _empty(256, 256)).sum(axis=0),  # two reductions
-        lambda: _empty(256, 256) @ _empty(256, 256).to("CPU").cast(dtypes.bfloat16),  # half times bfloat16
+        lambda: _empty(64, 64, dtype=dtypes.int32) @ _empty(64, 64, dtype=dtypes.int32),  # integers
+        lambda: _empty(64, 64, dtype=dtypes.float64) @ _empty(64, 64, dtype=dtypes.float64),  # float64
+        lambda: _empty(1, 64) @ _empty(64, 1),  # a dot product: no axis of A's or B's own
     ],
 )
 def test_other_kernels_are_not_matrix_products(make):
     assert match_matmul(_ast(make())) is None
 
 
-def test_aligned_slices_are_matrix_products():
+def test_a_weight_gradient_sums_over_batch_and_time_as_one_k():
+    x, w = _empty(3, 37, 70).requires_grad_(), _empty(50257, 70).requires_grad_()
+    x.linear(w).backward(_empty(3, 37, 50257))
+    mm = match_matmul(_ast(w.grad))  # dw = g.T @ x over the 111 rows of both
+    assert (mm.m, mm.n, mm.k) == (50257, 70, 111) and (mm.a.strided.row_stride, mm.a.strided.k_stride) == (1, 50257)
+    assert match_matmul(_ast(x.grad)).k == 50257
+
+
+def test_a_factor_that_comes_twice_and_an_axis_no_factor_reads():
+    a, b = _empty(64, 32, dtype=F32), _empty(32, 48, dtype=F32)
+    mm = match_matmul(_ast((a * a) @ b))  # both of A's factors, though they are one UOp
+    assert mm is not None and mm.a.value.op is Ops.MUL and mm.a.value.src[0] is mm.a.value.src[1]
+    x, y = _empty(3, dtype=F32).requires_grad_(), _empty(4, dtype=F32).requires_grad_()
+    Tensor.einsum("i,j->ij", x, y).sum().backward()  # x.grad[i] = sum_j 1 * y[j]: nothing reads i, no product
+    assert match_matmul(_ast(x.grad)) is None
+
+
+def test_a_factor_that_moves_along_both_sides_joins_b_as_a_batch():  # sum_k a[i,k] b[j,k] c[i,j]: i is a batch
+    mm = match_matmul(_ast((_empty(64, 1, 32) * _empty(1, 64, 32) * _empty(64, 64, 1)).sum(-1)))
+    assert (mm.batch_shape, mm.m, mm.n, mm.k) == ((64,), 1, 64, 32)
+
+
+def test_aligned_and_unaligned_slices_are_matrix_products():
     mm = match_matmul(_ast(_empty(264, 256)[8:] @ _empty(256, 272)[:, 16:]))
-    assert (mm.a.offset, mm.b.offset, mm.b.row_stride) == (8 * 256, 16, 1)
+    assert (mm.a.strided.offset, mm.b.strided.offset, mm.b.strided.row_stride) == (8 * 256, 16, 1)
+    mm = match_matmul(_ast(_empty(256, 257)[:, 1:] @ _empty(256, 256)))  # rows 257 elements apart
+    assert (mm.a.strided.row_stride, mm.a.strided.offset) == (257, 1)
 
 
-@pytest.mark.parametrize("shape", [(100, 70, 50), (256, 256, 40), (250, 256, 64), (1, 256, 256)])
-def test_sizes_no_tile_divides_keep_the_ordinary_kernel(shape):
-    m, k, n = shape
-    ast = _ast(_empty(m, k) @ _empty(k, n))
-    assert tensor_core_actions(ast, CUDA) == [] and tensor_core_opts(ast, CUDA) == ()
-    assert all(o.op != "TC" for o in choose_opts(ast, CUDA))
+@pytest.mark.parametrize("dtype", [F16, F32])
+@pytest.mark.parametrize(
+    "shapes,fn",
+    [(shapes, "a@b") for shapes in MATMUL_SHAPES]
+    + [(((3,), (4,)), "i,j->ij"), (((3, 1), (4, 5)), "ij,jk->ik"), (((2, 3, 5), (2, 5, 4)), "bij,bjk->bik")],
+    ids=str,
+)
+def test_every_kernel_of_the_api_tests_forward_and_backward_renders(shapes, fn, dtype):
+    """What test/api/test_linalg.py runs on a GPU (CUDA=1): each kernel, where it is a product, under every
+    configuration that takes it."""
+    a, b = (_empty(*s, dtype=dtype).requires_grad_() for s in shapes)
+    out = a @ b if fn == "a@b" else Tensor.einsum(fn, a, b)
+    out.sum().backward()
+    for t in (out, a.grad, b.grad):
+        for item in t.schedule():
+            for opt in tensor_core_actions(item.ast, HOPPER):
+                assert get_program(item.ast, HOPPER, (opt,)).src
 
 
-def test_only_a_renderer_with_tensor_cores_and_not_noopt_chooses_them():
+# ---- which configuration ----
+
+
+def test_large_matrices_take_the_large_tile_and_small_ones_more_blocks():
+    big, small = _ast(_empty(4096, 4096) @ _empty(4096, 4096)), _ast(_empty(256, 256) @ _empty(256, 512))
+    assert tensor_core_opts(big, HOPPER) == (Opt("TC", 0, 0),) and HOPPER_CONFIGS[0] is WGMMA_CONFIGS[0]
+    assert _config(CUDA, tensor_core_opts(big, CUDA)) == TileConfig(128, 128, 32, 64, 64, 4)
+    assert _config(HOPPER, tensor_core_opts(small, HOPPER)) == TileConfig(64, 64, 32, 32, 32, 4)  # 32 blocks: most
+
+
+def test_float32_takes_the_simt_kernel_and_tf32_only_when_allowed():
+    ast = _ast(_empty(2048, 2048, dtype=F32) @ _empty(2048, 2048, dtype=F32))
+    assert isinstance(_config(HOPPER, tensor_core_opts(ast, HOPPER)), SimtConfig)
+    assert all(not getattr(HOPPER.tile_configs[o.amount], "tf32", False) for o in tensor_core_actions(ast, HOPPER))
+    tf32 = next(i for i, c in enumerate(HOPPER_CONFIGS) if getattr(c, "tf32", False))
+    with pytest.raises(ValueError, match="TF32 is off"):
+        get_program(ast, HOPPER, (Opt("TC", 0, tf32),))
+    with Context(TF32=1):
+        config = _config(HOPPER, tensor_core_opts(ast, HOPPER))
+        assert isinstance(config, TileConfig) and config.tf32
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in get_program(ast, HOPPER).src
+        assert _kernel_key("CUDA", ast) != (key := _kernel_key("CUDA", ast)[:-1] + (0,)) and key[-1] == 0
+
+
+def test_the_tf32_switches_are_pytorchs():
+    assert not backends.cuda.matmul.allow_tf32 and get_float32_matmul_precision() == "highest"  # off by default
+    try:
+        backends.cuda.matmul.allow_tf32 = True
+        assert get_float32_matmul_precision() == "high"
+        set_float32_matmul_precision("highest")
+        assert not backends.cuda.matmul.allow_tf32
+        set_float32_matmul_precision("medium")
+        assert backends.cuda.matmul.allow_tf32
+        with pytest.raises(ValueError, match="precision must be one of"):
+            set_float32_matmul_precision("low")
+    finally:
+        backends.cuda.matmul.allow_tf32 = False
+
+
+def test_only_a_renderer_with_tiles_and_not_noopt_chooses_them():
     ast = _ast(_empty(256, 256) @ _empty(256, 256))
     assert choose_opts(ast, CUDA)[0].op == "TC"
     assert tensor_core_opts(ast, CRenderer()) == () and all(o.op != "TC" for o in choose_opts(ast, CRenderer()))
@@ -124,61 +225,48 @@ def test_only_a_renderer_with_tensor_cores_and_not_noopt_chooses_them():
         assert choose_opts(ast, CUDA) == ()
 
 
-def test_beam_takes_a_tensor_core_kernel_alone():
+def test_beam_takes_a_tiled_kernel_alone():
     ast = _ast(_empty(512, 512) @ _empty(512, 512))
     actions = tensor_core_actions(ast, CUDA)
-    assert [o.amount for o in actions] == list(range(len(TILE_CONFIGS)))  # 512 is divided by every tile
+    assert [CUDA.tile_configs[o.amount] for o in actions] == [c for c in MATMUL_CONFIGS if c.accepts(F16, False)]
     assert not valid(ast, (actions[0], Opt("UPCAST", 0, 2))) and not valid(ast, (Opt("UPCAST", 0, 2), actions[0]))
 
 
-def test_a_tile_that_does_not_fit_is_an_error():
+def test_a_configuration_that_does_not_apply_is_an_error():
     ast = _ast(_empty(64, 64) @ _empty(64, 64))
+    simt = next(i for i, c in enumerate(MATMUL_CONFIGS) if isinstance(c, SimtConfig))
+    with pytest.raises(ValueError, match=r"does not apply to this kernel: .* simt .* does not multiply half"):
+        get_program(ast, CUDA, (Opt("TC", 0, simt),))
     with pytest.raises(ValueError, match=r"TC\(0, 0\) does not apply to this kernel"):
-        get_program(ast, CUDA, (Opt("TC", 0, 0),))
+        get_program(_ast(_empty(64, 64) + 1), CUDA, (Opt("TC", 0, 0),))
+
+
+# ---- the source ----
 
 
 def test_the_source_has_the_tensor_core_pipeline_and_the_epilogue():
-    a, b, bias = _empty(512, 256, dtype=dtypes.bfloat16), _empty(256, 512, dtype=dtypes.bfloat16), _empty(512)
-    spec = get_program(_ast((a @ b).relu() + bias.cast(dtypes.bfloat16)), CUDA, (Opt("TC", 0, 0),))
+    a, b, bias = _empty(512, 256, dtype=BF16), _empty(256, 512, dtype=BF16), _empty(512)
+    spec = get_program(_ast((a @ b).relu() + bias.cast(BF16)), CUDA, (Opt("TC", 0, 0),))
     assert spec.global_size == (16,) and spec.local_size == (128,)  # 4 x 4 tiles of 128 x 128, 4 warps each
     for text in ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.trans",
-                 "cp.async.cg.shared.global", "gg_dynamic_shared_bytes = 65536", "gg_f2bf", "data3"):  # fmt: skip
+                 "cp.async.cg.shared.global [%0], [%1], 16, %2;", "gg_dynamic_shared_bytes = 65536", "gg_f2bf",
+                 "data3"):  # fmt: skip
         assert text in spec.src, text
     assert "#include" not in spec.src
     assert spec.ops == 2 * 512 * 512 * 256
 
 
-@needs_nvrtc
-@pytest.mark.parametrize("config", range(len(HOPPER_CONFIGS)))
-@pytest.mark.parametrize("form,dtype", [("a@b", dtypes.float16), ("a.T@b.T", dtypes.bfloat16)])
-def test_every_tile_configuration_compiles_for_sm_90_without_spills(config, form, dtype):
-    a, b = _empty(512, 512, dtype=dtype), _empty(512, 512, dtype=dtype)
-    spec = get_program(_ast(FORMS[form](a, b).relu()), HOPPER, (Opt("TC", 0, config),))
-    compiler = ops_cuda.NVRTCCompiler("sm_90")
-    options = compiler.options_for(spec.src) + ["--ptxas-options=-v"]
-    assert (options[0] == "--gpu-architecture=sm_90a") == isinstance(HOPPER_CONFIGS[config], WgmmaConfig)
-    lib, program = ops_cuda.libnvrtc(), ctypes.c_void_p()
-    lib.nvrtcCreateProgram(ctypes.byref(program), spec.src.encode(), b"kernel.cu", 0, None, None)
-    try:
-        assert lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(
-            *(o.encode() for o in options))) == 0, compiler._log(program)  # fmt: skip
-        log = compiler._log(program)
-        assert "0 bytes spill stores" in log and "serialized" not in log, log  # wgmma kept asynchronous (C7514)
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(program))
-
-
-def test_hopper_prefers_wgmma_for_large_products_and_keeps_mma_sync_for_small_ones():
-    big, small = _ast(_empty(4096, 4096) @ _empty(4096, 4096)), _ast(_empty(256, 256) @ _empty(256, 512))
-    assert tensor_core_opts(big, HOPPER) == (Opt("TC", 0, 0),) and HOPPER_CONFIGS[0] is WGMMA_CONFIGS[0]
-    assert not isinstance(HOPPER_CONFIGS[tensor_core_opts(small, HOPPER)[0].amount], WgmmaConfig)  # 64x64: more blocks
-    assert len(tensor_core_actions(big, HOPPER)) == len(HOPPER_CONFIGS)  # BEAM times wgmma beside mma.sync
+def test_edge_tiles_are_masked_and_unaligned_rows_are_realigned():
+    spec = get_program(_ast(_empty(300, 768) @ _empty(768, 50257)), HOPPER, (Opt("TC", 0, 0),))
+    assert spec.global_size == (3 * 197,)  # 128 x 256 tiles, the last row and column of them part empty
+    assert "if (gg_row < 300 && gg_col < 50257)" in spec.src  # only the output's own elements are stored
+    assert "gg_loadu(gB + " in spec.src  # B's rows are 50257 elements apart: its chunks start anywhere
+    assert "gg_load_part(" in spec.src  # the last chunk of a row: only its elements inside
 
 
 @pytest.mark.parametrize("form", FORMS)
 def test_the_wgmma_source_reads_each_operand_in_its_own_layout(form):
-    a = _empty(256, 512, dtype=dtypes.bfloat16) if "a.T" in form else _empty(512, 256, dtype=dtypes.bfloat16)
-    b = _empty(256, 256, dtype=dtypes.bfloat16)
+    a, b = _operands(form, 512, 256, 256, BF16)
     spec = get_program(_ast(FORMS[form](a, b)), HOPPER, (Opt("TC", 0, 0),))
     assert spec.global_size == (4,) and spec.local_size == (256,)  # 4 x 1 tiles of 128 x 256, 2 warpgroups each
     trans_a, trans_b = int("a.T" in form), int("b.T" not in form)  # 1: MN-major (rows contiguous, not k)
@@ -189,162 +277,58 @@ def test_the_wgmma_source_reads_each_operand_in_its_own_layout(form):
         assert (text in spec.src) == (text not in ("ldmatrix", "mma.sync")), text
 
 
-# ---- on a GPU ----
+def test_the_simt_source_multiplies_in_float32():
+    spec = get_program(_ast(_empty(512, 512, dtype=F32) @ _empty(512, 512, dtype=F32)), CUDA)
+    assert "__fmaf_rn(fa[i], fb[j], acc[i][j])" in spec.src and "mma" not in spec.src
+    assert "*(const float4*)(s_a + kk*" in spec.src  # a thread's values of a k: 16-byte reads of shared memory
 
 
-def _inputs(dtype, *shapes, seed=0):
-    """Random normal tensors on the GPU in `dtype`, and the same values as float64 torch tensors."""
-    gen = torch.Generator().manual_seed(seed)
-    rounded = [torch.randn(*s, generator=gen).to(TORCH[dtype]) for s in shapes]
-    ours = [Tensor(x.float().numpy(), device="CUDA").cast(dtype).realize() for x in rounded]
-    return ours, [x.double() for x in rounded]
+# ---- every kernel compiles ----
+
+HARD = {  # kernels that take every way of copying an operand, and odd sizes
+    F16: lambda: ((_empty(3, 37, 70) * 0.5) @ _empty(1, 50257, 70).transpose(-1, -2)).gelu() + _empty(50257),
+    BF16: lambda: _empty(2, 70, 37, dtype=BF16).transpose(-1, -2) @ _empty(70, 101, dtype=BF16)[:, 1:],
+    F32: lambda: (
+        _empty(2, 12, 33, 64, dtype=F32).transpose(1, 2).reshape(2, 33, 768) @ _empty(768, 50, dtype=F32)
+    ).relu(),
+}
+PLAIN = {dtype: (lambda dtype=dtype: (_empty(512, 512, dtype=dtype) @ _empty(512, 512, dtype=dtype)).relu())
+         for dtype in (F16, BF16, F32)}  # fmt: skip
 
 
-def _error(ours: Tensor, exact: torch.Tensor) -> float:
-    got = torch.from_numpy(ours.cast(dtypes.float32).numpy()).double()
-    assert not got.isnan().any()
-    return float((got - exact).norm() / exact.norm())
+def _compile(src: str, arch: str) -> str:
+    compiler = ops_cuda.NVRTCCompiler(arch)
+    options = compiler.options_for(src) + ["--ptxas-options=-v"]
+    lib, program = ops_cuda.libnvrtc(), ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(program), src.encode(), b"kernel.cu", 0, None, None)
+    try:
+        status = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(
+            *(o.encode() for o in options)))  # fmt: skip
+        assert status == 0, compiler._log(program)
+        return compiler._log(program)
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
 
 
-def _uses_tensor_cores(t: Tensor) -> bool:
-    renderer = Device["CUDA"].renderer
-    return any(o.op == "TC" for item in t.schedule() for o in choose_opts(item.ast, renderer))
+@needs_nvrtc
+@pytest.mark.parametrize("config", range(len(HOPPER_CONFIGS)), ids=lambda i: str(HOPPER_CONFIGS[i]))
+@pytest.mark.parametrize("kind", ["plain", "hard"])
+def test_every_configuration_compiles_for_sm_90_without_spills(config, kind):
+    c = HOPPER_CONFIGS[config]
+    dtype = F32 if isinstance(c, SimtConfig) or getattr(c, "tf32", False) else BF16 if config % 2 else F16
+    with Context(TF32=int(getattr(c, "tf32", False))):
+        ast = _ast((PLAIN if kind == "plain" else HARD)[dtype]())
+        assert Opt("TC", 0, config) in tensor_core_actions(ast, HOPPER)
+        log = _compile(get_program(ast, HOPPER, (Opt("TC", 0, config),)).src, "sm_90")
+    assert ("sm_90a" in " ".join(ops_cuda.NVRTCCompiler("sm_90").options_for("wgmma."))) and log
+    assert "0 bytes spill stores" in log and "serialized" not in log, log  # wgmma kept asynchronous (C7514)
 
 
-TOLERANCE = {dtypes.float16: 2e-3, dtypes.bfloat16: 1e-2}  # the output's rounding: half 2**-11, bfloat16 2**-8
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("m,k,n", [(256, 512, 128), (1024, 256, 768), (128, 4096, 256)])
-def test_products_match_pytorch(dtype, form, m, k, n):
-    shapes = [(k, m) if "a.T" in form else (m, k), (n, k) if "b.T" in form else (k, n)]
-    (a, b), (ra, rb) = _inputs(dtype, *shapes)
-    out = FORMS[form](a, b)
-    assert _uses_tensor_cores(out)
-    assert _error(out, FORMS[form](ra, rb)) < TOLERANCE[dtype]
-
-
-def _device_config(config) -> int:
-    """The index of `config` among the GPU's tile configurations (skipping where the GPU lacks it: wgmma is sm_90's)."""
-    configs = Device["CUDA"].renderer.tile_configs
-    if config not in configs:
-        pytest.skip(f"{config} needs an sm_90 GPU, this is {Device['CUDA'].arch}")
-    return configs.index(config)
-
-
-@needs_gpu
-@pytest.mark.parametrize("config", HOPPER_CONFIGS, ids=str)
-@pytest.mark.parametrize("form", FORMS)
-def test_every_tile_configuration_is_right(config, form):
-    index = _device_config(config)
-    gen = torch.Generator().manual_seed(index)
-    ra, rb = (torch.randn(512, 512, generator=gen).half() for _ in range(2))
-    a, b = (Tensor.empty(512, 512, dtype=dtypes.float16, device="CPU") for _ in range(2))
-    spec = get_program(_ast(FORMS[form](a, b)), Device["CUDA"].renderer, (Opt("TC", 0, index),))
-    out, *inputs = (Buffer("CUDA", 512 * 512, dtypes.float16) for _ in range(3))
-    out.copyin(torch.full((512, 512), float("nan")).half().numpy().tobytes())  # every element must be written
-    for buf, x in zip(inputs, (ra, rb)):
-        buf.copyin(x.numpy().tobytes())
-    Device["CUDA"].load(spec.name, spec.src)(
-        out.handle, *(buf.handle for buf in inputs), global_size=spec.global_size, local_size=spec.local_size, wait=True
-    )
-    got = torch.from_numpy(np.frombuffer(out.as_bytes(), dtype=np.float16).reshape(512, 512).astype(np.float64))
-    exact = FORMS[form](ra.double(), rb.double())
-    assert not got.isnan().any() and float((got - exact).norm() / exact.norm()) < TOLERANCE[dtypes.float16]
-
-
-def _uses_wgmma(t: Tensor) -> bool:
-    renderer = Device["CUDA"].renderer
-    opts = choose_opts(t.schedule()[-1].ast, renderer)
-    return bool(opts) and opts[0].op == "TC" and isinstance(renderer.tile_configs[opts[0].amount], WgmmaConfig)
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_wgmma_batched_broadcast_and_transposed_products_with_epilogues(dtype):
-    _device_config(WGMMA_CONFIGS[0])
-    (a, at, b, c, bias), (ra, rat, rb, rc, rbias) = _inputs(dtype, (4, 1024, 256), (4, 256, 1024), (4, 256, 1024),
-                                                            (1024, 256), (1024,), seed=1)  # fmt: skip
-    for out, exact in [
-        ((a @ b).relu() + bias, (ra @ rb).relu() + rbias),  # B n-contiguous (MN-major), a fused epilogue
-        (a @ c.T, ra @ rc.T),  # one B (k-contiguous) for every batch entry
-        (at.transpose(1, 2) @ b * 0.5, rat.transpose(1, 2) @ rb * 0.5),  # A m-contiguous (MN-major)
-    ]:
-        assert _uses_wgmma(out)  # 4 x 8 x 4 tiles of 128 x 256
-        assert _error(out, exact) < TOLERANCE[dtype]
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_batched_and_broadcast_products(dtype):
-    (a, b, c), (ra, rb, rc) = _inputs(dtype, (3, 128, 256), (3, 256, 64), (256, 64))
-    for out, exact in [
-        (a @ b, ra @ rb),
-        (a @ c, ra @ rc),
-        (a.reshape(3, 1, 128, 256) @ b.reshape(1, 3, 256, 64), ra.reshape(3, 1, 128, 256) @ rb.reshape(1, 3, 256, 64)),
-    ]:
-        assert _uses_tensor_cores(out)
-        assert _error(out, exact) < TOLERANCE[dtype]
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_fused_epilogues(dtype):
-    (a, b, bias), (ra, rb, rbias) = _inputs(dtype, (256, 128), (128, 192), (192,))
-    out = (a @ b).relu() + bias
-    assert _uses_tensor_cores(out) and len(out.schedule()) == 1
-    assert _error(out, (ra @ rb).relu() + rbias) < TOLERANCE[dtype]
-    wide = a.matmul(b, dtype=dtypes.float32) * 0.5  # a float32 output, no rounding to 16 bits
-    assert _error(wide, (ra @ rb) * 0.5) < 1e-5
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_odd_sizes_keep_the_ordinary_kernel_and_stay_right(dtype):
-    (a, b), (ra, rb) = _inputs(dtype, (100, 70), (70, 50))
-    out = a @ b
-    assert not _uses_tensor_cores(out)
-    assert _error(out, ra @ rb) < TOLERANCE[dtype]
-
-
-@needs_gpu
-def test_a_jitted_product_replays_as_a_cuda_graph():
-    (a, b), (ra, rb) = _inputs(dtypes.bfloat16, (512, 256), (256, 512))
-    step = TinyJit(lambda x, y: (x @ y).realize())
-    for _ in range(4):
-        out = step(a, b)
-    assert _error(out, ra @ rb) < TOLERANCE[dtypes.bfloat16]
-
-
-@needs_gpu
-def test_the_counters_count_the_product():
-    (a, b), _ = _inputs(dtypes.float16, (256, 512), (512, 128))
-    GlobalCounters.reset()
-    (a @ b).realize()
-    assert GlobalCounters.global_ops == 2 * 256 * 512 * 128
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
-def test_a_linear_layers_gradients_match_pytorch(dtype):
-    (x, w, g), (rx, rw, rg) = _inputs(dtype, (256, 512), (1024, 512), (256, 1024))
-    x.requires_grad_(), w.requires_grad_()
-    x.linear(w).backward(g)  # dx = g @ w and dw = g.T @ x: both tensor-core products
-    assert all(_uses_tensor_cores(t) for t in (x.grad, w.grad))
-    assert _error(x.grad, rg @ rw) < TOLERANCE[dtype] and _error(w.grad, rg.T @ rx) < TOLERANCE[dtype]
-
-
-@needs_gpu
-def test_attention_scores_and_an_assign_into_a_slice():
-    (q, k, base, a, b), (rq, rk, rbase, ra, rb) = _inputs(dtypes.float16, (2, 4, 128, 64), (2, 4, 128, 64),
-                                                          (256, 256), (256, 64), (64, 128))  # fmt: skip
-    scores = q @ k.transpose(-1, -2) * 0.125
-    assert _uses_tensor_cores(scores) and _error(scores, rq @ rk.transpose(-1, -2) * 0.125) < 2e-3
-    part = base[:, 64:192]
-    part.assign(a @ b)  # the epilogue stores through the slice's view
-    assert _uses_tensor_cores(part)
-    part.realize()
-    rbase[:, 64:192] = ra @ rb
-    assert _error(base, rbase) < 2e-3
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [F16, F32])
+def test_the_kernels_compile_for_sm_80(dtype):
+    for config in range(len(MATMUL_CONFIGS)):
+        with Context(TF32=1):
+            ast = _ast(HARD[dtype]())
+            if Opt("TC", 0, config) in tensor_core_actions(ast, CUDA):
+                _compile(get_program(ast, CUDA, (Opt("TC", 0, config),)).src, "sm_80")

@@ -43,7 +43,7 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
         return ()
     from glassgrad.codegen.tensor_cores import tensor_core_opts
 
-    if tensor_cores := tensor_core_opts(ast, renderer):  # a float16/bfloat16 matrix product the tile divides
+    if tensor_cores := tensor_core_opts(ast, renderer):  # a matrix product of floats, on a renderer with tiles
         return tensor_cores
     if renderer is None:
         return tuple(hand_coded_opts(ast))

@@ -23,8 +23,8 @@ class Opt:
     op: str
     axis: int
     amount: int
-    # TC(0, i), a kernel's only action: the whole kernel as a tensor-core matrix product with the renderer's tile
-    # configuration i (codegen/tensor_cores.py)
+    # TC(0, i), a kernel's only action: the whole kernel as a tiled matrix product (tensor cores, or SIMT units for
+    # float32) with the renderer's configuration i (codegen/tensor_cores.py)
 
     def __repr__(self) -> str:
         return f"{self.op}({self.axis}, {self.amount})"

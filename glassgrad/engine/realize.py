@@ -15,7 +15,7 @@ from glassgrad.engine.checks import error_buffer, raise_failed_checks
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT, VIZ
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -56,7 +56,7 @@ class CompiledKernel:
 # is forgotten (and unloaded once nothing else, a TinyJit's capture say, holds it): a program that makes a new kernel
 # every call (a new constant in each, or a new shape) would otherwise grow by a loaded library per call.
 KERNEL_CACHE_SIZE = 1024
-_kernels: OrderedDict[tuple[str, UOp, int, int], CompiledKernel] = OrderedDict()
+_kernels: OrderedDict[tuple[str, UOp, int, int, int], CompiledKernel] = OrderedDict()
 
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
@@ -92,7 +92,8 @@ def compile_ahead(kernels: list[tuple[str, UOp]]) -> None:
 
 
 def _kernel_key(device: str, ast: UOp) -> tuple:
-    return (device, ast, NOOPT.value, BEAM.value)  # the flags choose the optimizations, so each gets its own program
+    # the flags choose the optimizations (TF32: whether a float32 product may run as TF32), so each gets its own program
+    return (device, ast, NOOPT.value, BEAM.value, TF32.value)
 
 
 def _program_spec(device: str, ast: UOp) -> ProgramSpec:

@@ -165,8 +165,11 @@ class SentenceEncoder:
         """Embeddings (len(ids), hidden) of token-id lists, padded to the longest in one batch."""
         length = max(len(seq) for seq in ids)
         padded = [seq + [self.tokenizer.pad] * (length - len(seq)) for seq in ids]
-        mask = Tensor([[1] * len(seq) + [0] * (length - len(seq)) for seq in ids])
-        states = self.bert(Tensor(padded), mask)
+        return self.embed(Tensor(padded), Tensor([[1] * len(seq) + [0] * (length - len(seq)) for seq in ids]))
+
+    def embed(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """Embeddings (batch, hidden) of padded token ids (batch, length); mask is 1 at real tokens, 0 at padding."""
+        states = self.bert(ids, mask)
         weights = mask.unsqueeze(-1).float()
         pooled = (states * weights).sum(1) / weights.sum(1).maximum(1e-9)  # the mean over real tokens only
         if not self.normalize:

@@ -11,7 +11,7 @@ class Renderer:
     """Base of every renderer: what dtypes it can hold, its dialect fixes, and render()."""
 
     device: str = ""
-    tile_configs: tuple = ()  # tensor-core tile configurations its render_matmul writes (none: no tensor cores)
+    tile_configs: tuple = ()  # tiled matrix products its render_matmul writes (none: contractions take plain loops)
     unsupported_dtypes: frozenset[DType] = frozenset()
     dialect: PatternMatcher | None = None  # rewrites applied to a kernel before it is linearized
     vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)

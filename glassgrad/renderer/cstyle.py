@@ -17,6 +17,10 @@ SMALL_INTS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint1
 # ops whose int result can leave a small int's range; computed in unsigned int, where they wrap as defined (signed
 # int overflows in 65535 * 65535 and shifts a negative value left, both undefined), the cast back keeps the low bits
 WRAPPING_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC)
+# int and long long overflow is undefined in C and CUDA, and compilers use that (NVRTC computed (a + a) % b of an
+# overflowing int32 a in 64 bits): data values of these types are computed in their unsigned type, where wrapping is
+# defined. Index math is not: its bounds are known, and its freedom to not wrap keeps loops and addresses fast.
+WIDE_SIGNED_INTS = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
 
 
 def _compute_in_float(x: UOp) -> UOp | None:
@@ -145,6 +149,13 @@ class CStyleRenderer(Renderer):
         if op in WRAPPING_OPS:
             args = [f"((unsigned int){args[0]})", *args[1:]]  # the other operands follow the first into unsigned
         return f"(({self.type_name(dtype)}){self.alu_expression(op, dtype, args, src)})"  # -128 / -1 too
+
+    def render_wrapping_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
+        """A data value's int32/int64 op, wrapping around on overflow as NumPy's and PyTorch's do."""
+        if dtype not in WIDE_SIGNED_INTS or op not in WRAPPING_OPS:
+            return self.render_alu(op, dtype, args, src)
+        args = [f"(({WIDE_SIGNED_INTS[dtype]}){args[0]})", *args[1:]]  # the other operands follow into unsigned
+        return f"(({self.type_name(dtype)}){self.alu_expression(op, dtype, args, src)})"
 
     def alu_expression(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:
         """The C expression of one elementwise op, as C computes it (small ints in int)."""
@@ -325,9 +336,12 @@ class CKernelWriter:
         self.counts: dict[str, int] = {}
         self.uses: dict[UOp, int] = {}
         self.broadcasts: dict[UOp, str] = {}  # VECTORIZE nodes of one scalar repeated: that scalar's C expression
+        self.data: set[UOp] = set()  # values computed from loads or accumulators (not from loop indices alone)
         for u in program:
             for s in u.src:
                 self.uses[s] = self.uses.get(s, 0) + 1
+            if u.op in (Ops.LOAD, Ops.DEFINE_ACC) or any(s in self.data for s in u.src):
+                self.data.add(u)
 
     def fresh(self, prefix: str) -> str:
         n = self.counts.get(prefix, 0)
@@ -439,6 +453,8 @@ class CKernelWriter:
             expr = self.r.render_cast(args[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.BITCAST:
             expr = self.r.render_bitcast(args[0], u.src[0].dtype, u.dtype)
+        elif u in self.data:
+            expr = self.r.render_wrapping_alu(u.op, u.dtype, args, u.src)
         else:
             expr = self.r.render_alu(u.op, u.dtype, args, u.src)
         if self.uses.get(u, 0) <= 1:

@@ -17,8 +17,9 @@ import struct
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
-from glassgrad.renderer.cuda_tc import TILE_CONFIGS, render_matmul
-from glassgrad.renderer.cuda_wgmma import WgmmaConfig, render_wgmma
+from glassgrad.renderer.cuda_simt import SIMT_CONFIGS, SimtConfig, render_simt
+from glassgrad.renderer.cuda_tc import TF32_CONFIGS, TILE_CONFIGS, render_matmul
+from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig, render_wgmma
 from glassgrad.uop.check import records_failure
 from glassgrad.uop.ops import Ops, UOp
 
@@ -48,6 +49,12 @@ def float_to_half_bits(value: float) -> int:
     except OverflowError:
         return 0xFC00 if value < 0 else 0x7C00
 
+
+# the tiled matrix products' configurations (codegen/tensor_cores.py), each group in the heuristics' order of
+# preference: an sm_80 device's (mma.sync for 16 bits, TF32 where allowed, else SIMT for float32), and an sm_90 one's
+# (wgmma first for 16 bits)
+MATMUL_CONFIGS = TILE_CONFIGS + TF32_CONFIGS + SIMT_CONFIGS
+HOPPER_CONFIGS = WGMMA_CONFIGS + MATMUL_CONFIGS
 
 THREAD_ITEMS = 4  # grid indices each thread of a large loop-free kernel computes: their loads are in flight together
 ITEMS_FROM = 1 << 20  # (bench/gpu_elementwise.py, H100: 0.84 of copy bandwidth with one, 1.02 with four a thread)
@@ -118,13 +125,14 @@ class CUDARenderer(CStyleRenderer):
     chain_sums = True
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
-    tile_configs = TILE_CONFIGS  # tensor-core matrix products (renderer/cuda_tc.py); the device clears it before sm_80
-    # and puts wgmma's (renderer/cuda_wgmma.py) first on sm_90
+    tile_configs = MATMUL_CONFIGS  # tiled matrix products; the device clears them before sm_80 and puts wgmma's first
+    # on sm_90
 
-    def render_matmul(self, name: str, mm, config, epilogue: list[UOp]) -> str:
-        """The tensor-core kernel: warpgroup MMA for a WgmmaConfig (sm_90a), mma.sync for a TileConfig."""
-        render = render_wgmma if isinstance(config, WgmmaConfig) else render_matmul
-        return render(self, name, mm, config, epilogue)
+    def render_matmul(self, name: str, mm, config, epilogue: list[UOp], operands: tuple) -> str:
+        """The tiled matrix product: warpgroup MMA for a WgmmaConfig (sm_90a), mma.sync for a TileConfig, the SIMT
+        kernel for a SimtConfig."""
+        kinds = {WgmmaConfig: render_wgmma, SimtConfig: render_simt}
+        return kinds.get(type(config), render_matmul)(self, name, mm, config, epilogue, operands)
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""

@@ -1,21 +1,19 @@
-"""The tensor-core matrix product for NVIDIA GPUs (sm_80 and newer): the CUDA kernel of a kernel optimized with TC.
+"""The tensor-core matrix product for NVIDIA GPUs (sm_80 and newer): `mma.sync`, float16/bfloat16 or TF32.
 
-codegen/tensor_cores.py recognises a kernel that sums A[m, k] * B[k, n] over k in float16 or bfloat16 and describes it
-(`Matmul`); this file writes its CUDA kernel for one `TileConfig`:
+codegen/tensor_cores.py recognises a kernel that sums A[m, k] * B[k, n] over k and describes it (`Matmul`); this
+file writes its CUDA kernel for one `TileConfig` (renderer/cuda_tiles.py has what the tiled kernels share):
 
 - each block of threads computes a BM x BN tile of the output (of one entry of the batch), in steps of BK along k;
-- `cp.async` copies A's BM x BK and B's BK x BN pieces from global to shared memory, STAGES steps ahead of the math,
-  so the copies of later steps are in flight while the tensor cores work on this one;
-- each warp computes a WM x WN part of the tile as 16 x 8 pieces with `mma.sync.m16n8k16` (float32 accumulators in
-  registers), reading its operands from shared memory with `ldmatrix` (`.trans` where the operand is stored with
-  m or n contiguous rather than k); the fragments of the next 16 k's load while this 16's products run, and the
-  barrier before a step's stage is reused waits under the last of them;
-- shared memory is swizzled: the 16-byte chunks of each row are permuted (XOR with the row number), so the eight rows
-  that one `ldmatrix` reads at once lie in different banks;
-- the epilogue, the kernel's own ops after the sum (cast to half, a bias, relu...), is the rest of the kernel's UOps,
-  rendered once per accumulator with the accumulator's row, column and batch entry as variables.
-
-All the tensor-core and copy instructions are inline PTX, so NVRTC needs no header.
+- the operands' tiles reach shared memory STAGES steps ahead of the math (`cp.async`, or through registers);
+- each warp computes a WM x WN part of the tile as 16 x 8 pieces with `mma.sync` (m16n8k16 for 16-bit inputs,
+  m16n8k8 for TF32; float32 accumulators in registers), reading its operands from shared memory with `ldmatrix`
+  (`.trans` where a 16-bit operand is stored with m or n contiguous rather than k; TF32 operands are always stored
+  k-major, where ldmatrix's 8x8 16-bit matrices are 8x4 32-bit ones, just the TF32 fragments' layout, and rounded to
+  TF32 on their way there, through registers: once an element, not once a fragment that reads it); the fragments
+  of the next k piece load while this one's products run, and the barrier before a step's stage is reused waits under
+  the last of them;
+- shared memory is swizzled: the 16-byte chunks of each line are permuted (XOR with the line number), so the eight
+  lines that one `ldmatrix` reads at once lie in different banks.
 """
 
 from __future__ import annotations
@@ -23,20 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from glassgrad.dtype import dtypes
-from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.dtype import DType, dtypes
+from glassgrad.renderer import cuda_tiles as tiles
+from glassgrad.uop.ops import UOp
 
 if TYPE_CHECKING:
-    from glassgrad.codegen.tensor_cores import Matmul, Operand
+    from glassgrad.codegen.tensor_cores import Matmul, Prologue
+    from glassgrad.renderer.cstyle import CStyleRenderer
 
-CHUNK = 8  # 16-bit elements in one 16-byte copy (cp.async) and in one row of an ldmatrix 8x8 matrix
-GROUP_M = 8  # blocks go through the output GROUP_M tile rows at a time, so that the panels they read stay in L2
+SIXTEEN_BITS = (dtypes.float16, dtypes.bfloat16)
 
 
 @dataclass(frozen=True)
 class TileConfig:
-    """A block's output tile (bm x bn), its step along k (bk), each warp's part of the tile, and the copy stages."""
+    """A block's output tile (bm x bn), its step along k (bk elements), each warp's part of the tile, the copy
+    stages; `tf32`: float32 inputs on the tensor cores as TF32 (only where the user allows it), else 16-bit ones."""
 
     bm: int
     bn: int
@@ -44,23 +43,31 @@ class TileConfig:
     warp_m: int
     warp_n: int
     stages: int
+    tf32: bool = False
 
     @property
     def threads(self) -> int:
         return 32 * (self.bm // self.warp_m) * (self.bn // self.warp_n)
 
     @property
+    def size(self) -> int:
+        return 4 if self.tf32 else 2
+
+    @property
     def shared_bytes(self) -> int:
         """Shared memory of all the stages' A and B pieces."""
-        return self.stages * (self.bm + self.bn) * self.bk * 2
+        return self.stages * (self.bm + self.bn) * self.bk * self.size
+
+    def accepts(self, dtype: DType, tf32: bool) -> bool:
+        return dtype == dtypes.float32 and tf32 if self.tf32 else dtype in SIXTEEN_BITS
 
     def __str__(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} warp {self.warp_m}x{self.warp_n} {self.stages} stages"
+        kind = " tf32" if self.tf32 else ""
+        return f"{self.bm}x{self.bn}x{self.bk} warp {self.warp_m}x{self.warp_n} {self.stages} stages{kind}"
 
 
-# the configurations a TC opt names by index (Opt("TC", 0, i)), in the heuristics' order of preference; BEAM times each
-# (bench/tensor_cores.py, H200: 128x128 tiles of 4 warps, two blocks a multiprocessor, were the fastest at n = 4096 and
-# 8192 with a single-buffered pipeline)
+# the configurations of mma.sync, in the heuristics' order of preference; BEAM times each (bench/tensor_cores.py, H200:
+# 128x128 tiles of 4 warps, two blocks a multiprocessor, were the fastest 16-bit ones at n = 4096 and 8192)
 TILE_CONFIGS = (
     TileConfig(128, 128, 32, 64, 64, 4),  # 4 warps of 64x64
     TileConfig(128, 256, 32, 64, 64, 3),  # 8 warps of 64x64
@@ -71,16 +78,11 @@ TILE_CONFIGS = (
     TileConfig(64, 64, 32, 32, 32, 4),  # 4 warps of 32x32: small matrices
     TileConfig(256, 128, 32, 64, 64, 4),
 )
-
-COPY_HELPERS = [  # global -> shared memory: both tensor-core renderers
-    "static inline unsigned gg_smem(const void* p) { unsigned a;"
-    ' asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }',
-    "static inline void gg_cp_async16(unsigned dst, const void* src) {"
-    ' asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src)); }',
-    'static inline void gg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }',
-    "template <int N> static inline void gg_cp_async_wait() {"
-    ' asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }',
-]  # fmt: skip
+TF32_CONFIGS = (  # 64-byte lines of k, 16 float32 a step (warps of 64x64 spill: the rounding takes registers)
+    TileConfig(128, 128, 16, 64, 32, 4, tf32=True),
+    TileConfig(128, 128, 32, 64, 32, 3, tf32=True),
+    TileConfig(64, 64, 16, 32, 32, 4, tf32=True),
+)
 
 LDMATRIX_HELPERS = [  # shared memory -> mma.sync's register fragments
     "static inline void gg_ldmatrix(unsigned* r, unsigned addr) {"
@@ -93,10 +95,11 @@ LDMATRIX_HELPERS = [  # shared memory -> mma.sync's register fragments
 
 MMA = (
     "static inline void gg_mma(float* d, const unsigned* a, const unsigned* b) {{"
-    ' asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}},'
+    ' asm volatile("mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}},'
     ' {{%0,%1,%2,%3}};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])'
     ' : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }}'
 )
+MMA_TYPES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
 
 
 def swizzled_chunk(line: str, chunk: str, chunks_per_line: int) -> str:
@@ -110,65 +113,45 @@ def swizzled_chunk(line: str, chunk: str, chunks_per_line: int) -> str:
     return f"(({line})*{chunks_per_line}+(({chunk})^{mix}))"
 
 
-class OperandTile:
-    """How one operand's tile (rows x bk: A's rows are m, B's are n) is copied to shared memory and read back.
+class SwizzledLayout(tiles.TileLayout):
+    """An operand's stage as ldmatrix reads it: swizzled chunks, and where its lines start for a 16 x 16-byte
+    block of the fragments."""
 
-    Stored k-contiguous (each line of shared memory one row, along k) or row-contiguous (each line one k, along the
-    rows), as it lies in global memory, so every copy reads 16 contiguous bytes."""
-
-    def __init__(self, name: str, operand: Operand, rows: int, bk: int, threads: int):
-        self.name, self.operand, self.rows, self.bk, self.threads = name, operand, rows, bk, threads
-        self.k_contiguous = operand.k_stride == 1
-        self.line_elems = bk if self.k_contiguous else rows
-        self.chunks_per_line = self.line_elems // CHUNK
-        self.stage_bytes = rows * bk * 2
-        self.copies = rows * bk // CHUNK // threads  # 16-byte copies per thread per step
-
-    def global_origin(self, buffer: str, batch_offset: str, tile: str) -> str:
-        """The address of this block's tile at k = 0."""
-        row_step = self.operand.row_stride
-        return f"{buffer} + {batch_offset} + (long long)({tile})*{self.rows * row_step}"
-
-    def copy_lines(self) -> list[str]:
-        """Statements copying step `kt` of this tile into stage `stage` (each thread its share of the chunks)."""
-        ld = self.operand.row_stride if self.k_contiguous else self.operand.k_stride
-        cpl = self.chunks_per_line
-        if self.k_contiguous:  # line = a row, chunk = 8 k's
-            source = f"g{self.name} + line*{ld} + kt*{self.bk} + chunk*{CHUNK}"
-        else:  # line = a k, chunk = 8 rows
-            source = f"g{self.name} + (kt*{self.bk} + line)*{ld} + chunk*{CHUNK}"
-        target = f"s{self.name} + stage*{self.stage_bytes} + {self.shared_offset('line', 'chunk')}"
-        return [
-            "#pragma unroll",
-            f"for (int i = 0; i < {self.copies}; i++) {{",
-            f"  const int piece = threadIdx.x + i*{self.threads}, line = piece/{cpl}, chunk = piece%{cpl};",
-            f"  gg_cp_async16({target}, {source});",
-            "}",
-        ]
-
-    def shared_offset(self, line: str, chunk: str) -> str:
-        """The C expression of the byte offset in a stage where 16-byte chunk `chunk` of line `line` goes."""
+    def offset(self, line: str, chunk: str) -> str:
         return f"{swizzled_chunk(line, chunk, self.chunks_per_line)}*16"
 
     def fragment_address(self, stage_base: str, row0: str, k0: str) -> str:
-        """The shared-memory address this lane gives ldmatrix for the 16 x 16 block at (row0, k0): matrix j = lane/8
-        is rows row0 + 8*(j%2) .., k's k0 + 8*(j/2) ..; each lane names one of its 8 lines."""
-        if self.k_contiguous:
-            line, chunk = f"{row0} + 8*((lane/8)%2) + lane%8", f"({k0})/8 + lane/16"
-        else:
+        """The shared-memory address this lane gives ldmatrix for the 16 rows x 32 bytes of k at (row0, k0): matrix
+        j = lane/8 is rows row0 + 8*(j%2) .., the k's of chunk j/2; each lane names one of its 8 lines."""
+        if self.k_major:
+            line, chunk = f"{row0} + 8*((lane/8)%2) + lane%8", f"({k0})/{self.chunk} + lane/16"
+        else:  # 16-bit only: 8 lines of k, chunks of 8 rows
             line, chunk = f"{k0} + 8*(lane/16) + lane%8", f"({row0})/8 + (lane/8)%2"
-        return f"{stage_base} + {swizzled_chunk(line, chunk, self.chunks_per_line)}*16"
+        return f"{stage_base} + {self.offset(line, chunk)}"
 
     @property
     def ldmatrix(self) -> str:
-        return "gg_ldmatrix" if self.k_contiguous else "gg_ldmatrix_trans"
+        return "gg_ldmatrix" if self.k_major else "gg_ldmatrix_trans"
 
 
-def fragment_lines(a: OperandTile, b: OperandTile, mi: int, ni: int, buf: str, stage: str, k0: str) -> list[str]:
-    """Statements loading the warp's A and B fragments of the k16 piece at k0 of stage `stage` into fa[buf], fb[buf].
+def k_major(mm: Matmul, which: str, forced: bool = False) -> bool:
+    """Whether an operand's shared tile is k-major: as it lies in memory (its contiguous axis), else along the axis its
+    loads move least; always for `forced` (TF32 fragments)."""
+    operand = mm.a if which == "A" else mm.b
+    strided = operand.strided
+    if forced:
+        return True
+    if strided is not None and 1 in (strided.k_stride, strided.row_stride):
+        return strided.k_stride == 1
+    return operand.k_fast
 
-    B's ldmatrix reads four 8x8 matrices: n 0-7 k 0-7, n 8-15 k 0-7, n 0-7 k 8-15, n 8-15 k 8-15, the k halves of two
-    n8 pieces."""
+
+def fragment_lines(a: SwizzledLayout, b: SwizzledLayout, mi: int, ni: int, buf: str, stage: str, k0: str
+                   ) -> list[str]:  # fmt: skip
+    """Statements loading the warp's A and B fragments of the k piece at k0 of stage `stage` into fa[buf], fb[buf].
+
+    B's ldmatrix reads four 8x8 matrices: n 0-7 chunk 0, n 8-15 chunk 0, n 0-7 chunk 1, n 8-15 chunk 1, the k halves
+    of two n8 pieces."""
     return [
         f"{{ const unsigned stage_a = sA + ({stage})*{a.stage_bytes}, stage_b = sB + ({stage})*{b.stage_bytes};",
         "#pragma unroll",
@@ -183,95 +166,32 @@ def fragment_lines(a: OperandTile, b: OperandTile, mi: int, ni: int, buf: str, s
     ]
 
 
-def batch_offset(operand: Operand, batch_shape: tuple[int, ...], batch: str) -> str:
-    """The C expression of the operand's element offset for batch entry `batch` (a flat index over `batch_shape`)."""
-    terms, inner = [str(operand.offset)], 1
-    for size, stride in reversed(list(zip(batch_shape, operand.batch_strides))):
-        if stride:
-            terms.append(f"(long long)(({batch}/{inner})%{size})*{stride}")
-        inner *= size
-    return "(" + " + ".join(terms) + ")"
-
-
-def batch_indices(batch_shape: tuple[int, ...], itype: str) -> list[str]:
-    """The index along each batch axis (gg_batch0, ...) of the flat batch entry gg_batch, as the epilogue reads them."""
-    lines, inner = [], 1
-    for i, size in reversed(list(enumerate(batch_shape))):
-        lines.insert(0, f"const {itype} gg_batch{i} = (gg_batch/{inner})%{size};")
-        inner *= size
-    return lines
-
-
-class EpilogueWriter(CKernelWriter):
-    """The C writer of the epilogue; its SPECIAL variables are the kernel's own (the accumulator and its position)."""
-
-    def alu(self, u: UOp) -> None:
-        if u.op is Ops.SPECIAL:
-            self.names[u] = u.arg[0]
-        else:
-            super().alu(u)
-
-
-def epilogue_writer(renderer: CStyleRenderer, name: str, epilogue: list[UOp]) -> EpilogueWriter:
-    """The epilogue written once: its lines (for one accumulator) and the kernel's parameters."""
-    writer = EpilogueWriter(renderer, epilogue)
-    writer.write(name)
-    return writer
-
-
-def tile_lines(
-    mm: Matmul, bm: int, bn: int, itype: str, writer: CKernelWriter, a: OperandTile, b: OperandTile
-) -> list[str]:  # noqa: E501
-    """Statements choosing this block's output tile (tile_m, tile_n, gg_batch) and its operands' origins gA, gB."""
-    tiles_m, tiles_n = mm.m // bm, mm.n // bn
-    return [
-        f"// this block's tile: blocks take the batch entries in turn, and in each the tiles {GROUP_M} rows at a time",
-        f"int tile = blockIdx.x; const {itype} gg_batch = tile/{tiles_m * tiles_n}; tile %= {tiles_m * tiles_n};",
-        f"const int group = tile/{GROUP_M * tiles_n}, first_m = group*{GROUP_M};",
-        f"const int group_rows = min({tiles_m} - first_m, {GROUP_M}), in_group = tile%{GROUP_M * tiles_n};",
-        "const int tile_m = first_m + in_group%group_rows, tile_n = in_group/group_rows;",
-        *batch_indices(mm.batch_shape, itype),
-        f"const unsigned short* gA = {a.global_origin(writer.names[mm.a.buffer], batch_offset(mm.a, mm.batch_shape, 'gg_batch'), 'tile_m')};",  # noqa: E501
-        f"const unsigned short* gB = {b.global_origin(writer.names[mm.b.buffer], batch_offset(mm.b, mm.batch_shape, 'gg_batch'), 'tile_n')};",  # noqa: E501
-    ]
-
-
-def accumulator_lines(writer: CKernelWriter, itype: str, row: str, col: str, acc: str) -> list[str]:
-    """The epilogue of one accumulator `acc` at output row `row`, column `col` (C expressions)."""
-    return [f"const {itype} gg_row = {row};", f"const {itype} gg_col = {col};", f"const float gg_acc = {acc};",
-            *writer.lines]  # fmt: skip
-
-
-def kernel_source(renderer: CStyleRenderer, writer: CKernelWriter, epilogue: list[UOp], name: str, threads: int,
-                  blocks_per_sm: int, shared_bytes: int, helpers: list[str], body: list[str]) -> str:  # fmt: skip
-    """The whole source: the prelude, the helpers, the shared-memory size the runtime reads, the kernel."""
-    kernel = [
-        f'extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {shared_bytes};  // read by the runtime',
-        f'extern "C" __global__ void __launch_bounds__({threads}, {blocks_per_sm}) {name}({", ".join(writer.params)}) {{',  # noqa: E501
-        *("  " + line for line in body),
-        "}",
-    ]
-    return "\n".join(renderer.prelude(epilogue) + helpers + kernel) + "\n"  # type: ignore[attr-defined]
-
-
-def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileConfig, epilogue: list[UOp]) -> str:
-    """The CUDA source of the tensor-core kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
-    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores."""
-    writer = epilogue_writer(renderer, name, epilogue)
+def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileConfig, epilogue: list[UOp],
+                  operands: tuple[Prologue, Prologue]) -> str:  # fmt: skip
+    """The CUDA source of the mma.sync kernel `name` for `mm` with tiles `config`; `epilogue` is the linear program
+    that turns one accumulator (SPECIAL gg_acc at gg_row, gg_col and gg_batch0, gg_batch1, ...) into stores, and
+    `operands` A's and B's values at one position (renderer/cuda_tiles.py)."""
+    writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
-    a = OperandTile("A", mm.a, c.bm, c.bk, c.threads)
-    b = OperandTile("B", mm.b, c.bn, c.bk, c.threads)
-    warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // 16
+    a = SwizzledLayout(c.bm, c.bk, c.size, k_major(mm, "A", c.tf32))
+    b = SwizzledLayout(c.bn, c.bk, c.size, k_major(mm, "B", c.tf32))
+    kstep = 32 // c.size  # k's of one mma: two 16-byte chunks
+    warps_n, mi, ni, ksteps = c.bn // c.warp_n, c.warp_m // 16, c.warp_n // 8, c.bk // kstep
+    held = mi * ni * 4 + 2 * (mi * 4 + ni * 2)  # the accumulators, and two k pieces' fragments
+    room = tiles.register_room(c.threads, 1, held)
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room, c.tf32)
+    assert ksteps >= 2, "a step's copies are staged over two of its k pieces"
     itype = renderer.type_name(mm.index_dtype)
-    mma_type = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
     row, col = f"tile_m*{c.bm} + warp_m + i*16 + (e/2)*8 + lane/4", f"tile_n*{c.bn} + warp_n + j*8 + (lane%4)*2 + e%2"
-    store = accumulator_lines(writer, itype, row, col, "acc[i][j][e]")
+    store = tiles.accumulator_lines(writer, mm, itype, row, col, "acc[i][j][e]", c.bm, c.bn)
+    stage = f"(kt + {c.stages - 1})%{c.stages}"
     body = [
-        "extern __shared__ __align__(128) unsigned char gg_shared[];",
         "const int lane = threadIdx.x%32, warp = threadIdx.x/32;",
         f"const int warp_m = (warp/{warps_n})*{c.warp_m}, warp_n = (warp%{warps_n})*{c.warp_n};",
-        *tile_lines(mm, c.bm, c.bn, itype, writer, a, b),
-        f"const unsigned sA = gg_smem(gg_shared), sB = sA + {c.stages * a.stage_bytes};",
+        *tiles.tile_lines(mm, c.bm, c.bn, itype),
+        *tiles.origin_lines(renderer, mm, writer, copies),
+        *tiles.shared_lines(copies, ("0", str(c.stages * a.stage_bytes))),
+        *(line for copy in copies for line in copy.declare()),
         f"float acc[{mi}][{ni}][4];",
         "#pragma unroll",
         f"for (int i = 0; i < {mi}; i++)",
@@ -279,31 +199,40 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         f"  for (int j = 0; j < {ni}; j++)",
         "#pragma unroll",
         "    for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;",
-        "auto copy_step = [&](int kt, int stage) {",
-        *("  " + line for line in a.copy_lines() + b.copy_lines()),
-        "};",
-        f"const int steps = {mm.k // c.bk};",
-        f"// the first {c.stages - 1} steps' copies go out before any math; once step 0 is in, its first fragments",
-        "#pragma unroll",
-        f"for (int s = 0; s < {c.stages - 1}; s++) {{",
-        "  if (s < steps) copy_step(s, s);",
-        "  gg_cp_async_commit();",
-        "}",
+        f"const int steps = {-(-mm.k // c.bk)};",
+        *tiles.pipeline_start(copies, c.stages),
         f"gg_cp_async_wait<{c.stages - 2}>();",
         "__syncthreads();",
-        f"unsigned fa[2][{mi}][4], fb[2][{ni}][2];  // fragments: the k16 piece in the tensor cores, and the next",
+        f"unsigned fa[2][{mi}][4], fb[2][{ni}][2];  // fragments: the k piece in the tensor cores, and the next",
         *fragment_lines(a, b, mi, ni, "0", "0", "0"),
         "for (int kt = 0; kt < steps; kt++) {",
         "#pragma unroll",
         f"  for (int ks = 0; ks < {ksteps}; ks++) {{",
         f"    if (ks == {ksteps - 1}) {{  // the next step's piece comes next: step kt+1 must be in (every thread's",
-        f"      gg_cp_async_wait<{c.stages - 2}>();  // copies), and every warp done with the stage step kt-1 used",
+        f"      if (kt + {c.stages - 1} < steps) {{  // copies), and every warp done with the stage step kt-1 used",
+        *(
+            "        " + line
+            for copy in copies
+            if copy.mode != "async"
+            for line in copy.commit(f"kt + {c.stages - 1}", stage)
+        ),  # noqa: E501
+        "      }",
+        f"      gg_cp_async_wait<{c.stages - 2}>();",
         "      __syncthreads();",
         "    }",
-        f"    const int next_stage = (ks == {ksteps - 1} ? kt + 1 : kt)%{c.stages}, next_k = (ks + 1)%{ksteps}*16;",
+        f"    const int next_stage = (ks == {ksteps - 1} ? kt + 1 : kt)%{c.stages},"
+        f" next_k = (ks + 1)%{ksteps}*{kstep};",
         *("  " + line for line in fragment_lines(a, b, mi, ni, "(ks + 1)%2", "next_stage", "next_k")),
-        "    if (ks == 0) {  // step kt+stages-1's copies go into the stage step kt-1 used",
-        f"      if (kt + {c.stages - 1} < steps) copy_step(kt + {c.stages - 1}, (kt + {c.stages - 1})%{c.stages});",
+        "    if (ks == 0) {  // step kt+stages-1's copies go into the stage step kt-1 used (register ones: loads now)",
+        f"      if (kt + {c.stages - 1} < steps) {{",
+        *("        " + line for copy in copies for line in copy.prefetch(f"kt + {c.stages - 1}")),
+        *(
+            "        " + line
+            for copy in copies
+            if copy.mode == "async"
+            for line in copy.commit(f"kt + {c.stages - 1}", stage)
+        ),  # noqa: E501
+        "      }",
         "      gg_cp_async_commit();",
         "    }",
         "#pragma unroll",
@@ -324,5 +253,6 @@ def render_matmul(renderer: CStyleRenderer, name: str, mm: Matmul, config: TileC
         *("      " + line for line in store),
         "    }",
     ]
-    helpers = COPY_HELPERS + LDMATRIX_HELPERS + [MMA.format(t=mma_type)]
-    return kernel_source(renderer, writer, epilogue, name, c.threads, 1, c.shared_bytes, helpers, body)
+    shape = "m16n8k8" if c.tf32 else "m16n8k16"
+    helpers = LDMATRIX_HELPERS + [MMA.format(shape=shape, t=MMA_TYPES[mm.dtype])]
+    return tiles.kernel_source(renderer, writer, epilogue, operands, name, c.threads, 1, c.shared_bytes, helpers, body)

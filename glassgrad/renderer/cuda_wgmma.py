@@ -12,10 +12,12 @@ wgmma (mma.sync reaches about 2/3 of it). Same work, different inner machinery:
   (K-major) has a line per row, BK = 64 k's; one stored row-contiguous (MN-major: a@b's B, a.T@b's A) has a line per
   k, 64 rows, and an atom column per 64 rows. f16/bf16 wgmma reads either (its transpose flags), so every layout
   copies 16 contiguous bytes at a time as it lies in global memory;
-- `cp.async` fills STAGES stages, STAGES-1 steps ahead; each step's products are issued, committed as a group, and
-  left running while the next step's data is awaited: `wgmma.wait_group 1` lets a warpgroup go on with one group in
-  flight, and the barrier after it says every warpgroup is done with the previous step's stage, which the next
-  copies overwrite. `fence.proxy.async` makes the copies (ordinary writes) visible to the tensor cores' reads.
+- the operands fill STAGES stages, STAGES-1 steps ahead (renderer/cuda_tiles.py: `cp.async`, or through registers,
+  whose loads for a step go out before the wait for the step the math needs next); each step's products are
+  issued, committed as a group, and left running while the next step's data is awaited: `wgmma.wait_group 1` lets a
+  warpgroup go on with one group in flight, and the barrier after it says every warpgroup is done with the previous
+  step's stage, which the next copies overwrite. `fence.proxy.async` makes the copies (ordinary writes) visible to
+  the tensor cores' reads.
 
 The epilogue is the kernel's own UOps, as in cuda_tc.py; accumulator 4j+e of a thread is the mma.sync layout of
 n8 piece j: row 16*warp + lane/4 + 8*(e/2) of its warpgroup's 64, column 8j + 2*(lane%4) + e%2.
@@ -26,19 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from glassgrad.dtype import dtypes
-from glassgrad.renderer.cuda_tc import (
-    COPY_HELPERS,
-    TILE_CONFIGS,
-    OperandTile,
-    accumulator_lines,
-    epilogue_writer,
-    kernel_source,
-    tile_lines,
-)
+from glassgrad.dtype import DType, dtypes
+from glassgrad.renderer import cuda_tiles as tiles
+from glassgrad.renderer.cuda_tc import SIXTEEN_BITS, k_major
 
 if TYPE_CHECKING:
-    from glassgrad.codegen.tensor_cores import Matmul
+    from glassgrad.codegen.tensor_cores import Matmul, Prologue
     from glassgrad.renderer.cstyle import CStyleRenderer
     from glassgrad.uop.ops import UOp
 
@@ -55,6 +50,13 @@ class WgmmaConfig:
     bn: int
     stages: int
     bk: int = LINE // 2  # k's in a step: one 128-byte line of a K-major operand
+    one_barrier: bool = False  # copies run stages-2 steps ahead, into a stage no warpgroup can still read: one barrier
+    # a step, not two (stages-1 ahead, the stage the last step used, free once every warpgroup is done with it)
+
+    @property
+    def ahead(self) -> int:
+        """Steps the copies run ahead of the math."""
+        return self.stages - 2 if self.one_barrier else self.stages - 1
 
     @property
     def threads(self) -> int:
@@ -70,21 +72,30 @@ class WgmmaConfig:
         """Blocks that fit a multiprocessor's shared memory at once (up to 2): the launch bounds promise them."""
         return max(1, min(2, SHARED_PER_SM // (self.shared_bytes + 1024)))
 
+    def accepts(self, dtype: DType, tf32: bool) -> bool:
+        return dtype in SIXTEEN_BITS
+
     def __str__(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages"
+        barrier = ", one barrier" if self.one_barrier else ""
+        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages{barrier}"
 
 
 # wgmma's configurations, in the heuristics' order of preference; on sm_90 they come before cuda_tc.py's, which stay
-# for other cards and the shapes these do not divide (bench/tensor_cores.py, H100, n = 4096 and 8192: 128x256 with 4
-# stages reached 0.71-0.83 of cuBLAS, 128x128 with 3 stages 0.63-0.69, the mma.sync kernels 0.48-0.54)
+# for other cards (bench/tensor_cores.py, H200, 2026-11-27, float16 / bfloat16 8192: 128x256 with 4 stages and one
+# barrier 660 / 674 TFLOP/s, 0.88 / 0.89 of cuBLAS, with two barriers 637 / 658; 256x128 with one barrier 635 / 644,
+# the fastest for GPT-2's head x @ W whose rows start anywhere, 163; 128x128 with 3 stages, two blocks a
+# multiprocessor, 583 / 572, the fastest where A's rows start anywhere (dlogits @ wte, 106); the mma.sync kernels
+# 0.45-0.52 of cuBLAS)
 WGMMA_CONFIGS = (
-    WgmmaConfig(128, 256, 4),  # 2 warpgroups of 64x256, 192 KB: one block a multiprocessor
+    WgmmaConfig(128, 256, 4, one_barrier=True),  # 2 warpgroups of 64x256, 192 KB: one block a multiprocessor
     WgmmaConfig(128, 128, 3),  # 2 warpgroups of 64x128, 96 KB: two blocks a multiprocessor
+    WgmmaConfig(256, 128, 4, one_barrier=True),  # 4 warpgroups of 64x128
+    WgmmaConfig(128, 256, 4),
     WgmmaConfig(128, 256, 3),
-    WgmmaConfig(256, 128, 4),  # 4 warpgroups of 64x128
+    WgmmaConfig(256, 128, 4),
     WgmmaConfig(128, 128, 4),
+    WgmmaConfig(128, 128, 4, one_barrier=True),
 )
-HOPPER_CONFIGS = WGMMA_CONFIGS + TILE_CONFIGS  # an sm_90 device's renderer's, in the heuristics' order of preference
 
 WGMMA_HELPERS = [
     'static inline void gg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }',
@@ -115,61 +126,61 @@ def wgmma_helper(n: int, dtype: str, trans_a: int, trans_b: int) -> str:
     )
 
 
-class SwizzledTile(OperandTile):
-    """An operand's tile in shared memory as wgmma reads it (128-byte swizzle), and its descriptors."""
+class SwizzledTile(tiles.TileLayout):
+    """An operand's stage in shared memory as wgmma reads it (128-byte swizzle), and its descriptors."""
 
-    def shared_offset(self, line: str, chunk: str) -> str:
+    def offset(self, line: str, chunk: str) -> str:
         """K-major: a line is a row and its 8 chunks; MN-major: a line is a k, 8 chunks of each 64 rows, one atom
         column (bk lines) per 64 rows. In both the chunk is XORed with the line mod 8 (the hardware's swizzle)."""
         return f"(({chunk})/8*{self.bk * LINE} + ({line})*{LINE} + ((({chunk})%8)^(({line})%8))*16)"
 
     @property
     def trans(self) -> int:
-        return 0 if self.k_contiguous else 1
+        return 0 if self.k_major else 1
 
-    def descriptor(self, row0: str) -> str:
+    def descriptor(self, base: str, row0: str) -> str:
         """The descriptor of stage 0's piece at rows row0.. (a multiple of 64), k's 0..15. K-major: 8-row groups are
         an atom apart (the stride offset); MN-major: atom columns of 64 rows are bk lines apart (the leading offset),
         8-k groups an atom apart (the stride offset)."""
-        if self.k_contiguous:
-            return f"gg_desc(s{self.name} + ({row0})*{LINE}, 16, {ATOM})"
-        return f"gg_desc(s{self.name} + ({row0})/64*{self.bk * LINE}, {self.bk * LINE}, {ATOM})"
+        if self.k_major:
+            return f"gg_desc({base} + ({row0})*{LINE}, 16, {ATOM})"
+        return f"gg_desc({base} + ({row0})/64*{self.bk * LINE}, {self.bk * LINE}, {ATOM})"
 
     def k_step_bytes(self) -> int:
         """How far the next 16 k's start: 32 bytes along a K-major line, 16 lines down an MN-major tile."""
-        return 16 * 2 if self.k_contiguous else 16 * LINE
+        return 16 * 2 if self.k_major else 16 * LINE
 
 
-def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaConfig, epilogue: list[UOp]) -> str:
-    """The CUDA source (sm_90a) of the wgmma kernel `name` for `mm` with tiles `config`; `epilogue` as in
-    cuda_tc.render_matmul."""
-    writer = epilogue_writer(renderer, name, epilogue)
+def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaConfig, epilogue: list[UOp],
+                 operands: tuple[Prologue, Prologue]) -> str:  # fmt: skip
+    """The CUDA source (sm_90a) of the wgmma kernel `name` for `mm` with tiles `config`; `epilogue` and `operands`
+    as in cuda_tc.render_matmul."""
+    writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
-    a = SwizzledTile("A", mm.a, c.bm, c.bk, c.threads)
-    b = SwizzledTile("B", mm.b, c.bn, c.bk, c.threads)
+    a = SwizzledTile(c.bm, c.bk, 2, k_major(mm, "A"))
+    b = SwizzledTile(c.bn, c.bk, 2, k_major(mm, "B"))
+    room = tiles.register_room(c.threads, c.blocks_per_sm, c.bn // 2)  # beside the accumulators
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room)
     itype = renderer.type_name(mm.index_dtype)
-    regs, stages = c.bn // 2, c.stages
+    regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.ahead}"
+    aligned = f"(-gg_smem(gg_shared) & {ATOM - 1})"  # the swizzle's pattern starts at a multiple of 1024 bytes
     body = [
-        "extern __shared__ __align__(128) unsigned char gg_shared[];",
         "const int lane = threadIdx.x%32, warp = threadIdx.x%128/32, warpgroup = threadIdx.x/128;",
-        *tile_lines(mm, c.bm, c.bn, itype, writer, a, b),
-        f"const unsigned sA = (gg_smem(gg_shared) + {ATOM - 1}) & ~{ATOM - 1}u, sB = sA + {stages * a.stage_bytes};"
-        "  // the swizzle's pattern starts at a multiple of 1024 bytes",
-        f"const unsigned long long desc_a = {a.descriptor('warpgroup*64')}, desc_b = {b.descriptor('0')};",
+        *tiles.tile_lines(mm, c.bm, c.bn, itype),
+        *tiles.origin_lines(renderer, mm, writer, copies),
+        *tiles.shared_lines(copies, (aligned, f"{aligned} + {stages * a.stage_bytes}")),
+        f"const unsigned long long desc_a = {a.descriptor('sA', 'warpgroup*64')}, desc_b = {b.descriptor('sB', '0')};",
+        *(line for copy in copies for line in copy.declare()),
         f"float acc[{regs}];",
         "#pragma unroll",
         f"for (int i = 0; i < {regs}; i++) acc[i] = 0.0f;",
-        "auto copy_step = [&](int kt, int stage) {",
-        *("  " + line for line in a.copy_lines() + b.copy_lines()),
-        "};",
-        f"const int steps = {mm.k // c.bk};",
-        "#pragma unroll",
-        f"for (int s = 0; s < {stages - 1}; s++) {{  // the first {stages - 1} steps' copies go out before any math",
-        "  if (s < steps) copy_step(s, s);",
-        "  gg_cp_async_commit();",
-        "}",
+        f"const int steps = {-(-mm.k // c.bk)};",
+        *tiles.pipeline_start(copies, c.ahead + 1),
         "for (int kt = 0; kt < steps; kt++) {",
-        f"  gg_cp_async_wait<{stages - 2}>();  // step kt is in (this thread's copies), visible to the tensor cores,",
+        f"  if ({ahead} < steps) {{  // step kt+{c.ahead}'s register copies load now, store once its stage is free",
+        *("    " + line for copy in copies for line in copy.prefetch(ahead)),
+        "  }",
+        f"  gg_cp_async_wait<{c.ahead - 1}>();  // step kt is in (this thread's copies), visible to the tensor cores,",
         "  gg_fence_async_shared();",
         "  __syncthreads();  // and every thread's",
         "  const unsigned stage = kt%" + str(stages) + ";  // descriptors count 16-byte units from their start:",
@@ -182,8 +193,12 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "  gg_wgmma_commit();",
         "  gg_wgmma_wait<1>();  // this warpgroup's products of step kt-1 are done (step kt's run on)",
         "  gg_wgmma_hold(acc);",
-        "  __syncthreads();  // every warpgroup's: the stage step kt-1 used takes step kt+stages-1's copies",
-        f"  if (kt + {stages - 1} < steps) copy_step(kt + {stages - 1}, (kt + {stages - 1})%{stages});",
+        "  // every warpgroup's: the stage step kt-1 used takes step kt+stages-1's copies (with one barrier a step,"
+        "  // step kt+stages-2's go into the one step kt-2 used, which every warpgroup was done with at the first)",
+        *(["  __syncthreads();"] if not c.one_barrier else []),
+        f"  if ({ahead} < steps) {{",
+        *("    " + line for copy in copies for line in copy.commit(ahead, f"({ahead})%{stages}")),
+        "  }",
         "  gg_cp_async_commit();",
         "}",
         "gg_wgmma_wait<0>();",
@@ -196,11 +211,12 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         f"for (int j = 0; j < {c.bn // 8}; j++)",
         "#pragma unroll",
         "  for (int e = 0; e < 4; e++) {",
-        *("    " + line for line in accumulator_lines(
-            writer, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
-            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f")),
+        *("    " + line for line in tiles.accumulator_lines(
+            writer, mm, itype, f"tile_m*{c.bm} + warpgroup*64 + warp*16 + (e/2)*8 + lane/4",
+            f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f", c.bm, c.bn)),
         "  }",
     ]  # fmt: skip
     dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
-    helpers = COPY_HELPERS + WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
-    return kernel_source(renderer, writer, epilogue, name, c.threads, c.blocks_per_sm, c.shared_bytes, helpers, body)
+    helpers = WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
+    return tiles.kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes,
+                         helpers, body)  # fmt: skip

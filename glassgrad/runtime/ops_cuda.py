@@ -15,8 +15,7 @@ import os
 import sys
 import threading
 
-from glassgrad.renderer.cuda import CUDARenderer
-from glassgrad.renderer.cuda_wgmma import HOPPER_CONFIGS
+from glassgrad.renderer.cuda import HOPPER_CONFIGS, CUDARenderer
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 from glassgrad.runtime.out_of_memory import human_bytes
 
@@ -347,7 +346,7 @@ class CudaDevice(Compiled):
         self.arch = f"sm_{major}{minor}"
         program = functools.partial(CUDAProgram, self)
         renderer = CUDARenderer()
-        if major < 8:  # mma.sync of 16-bit floats, ldmatrix and cp.async need sm_80
+        if major < 8:  # mma.sync, ldmatrix and cp.async (the tiled products' copies) need sm_80
             renderer.tile_configs = ()
         if (major, minor) == (9, 0):  # wgmma: Hopper's own (sm_90a), preferred; mma.sync for the tiles it lacks
             renderer.tile_configs = HOPPER_CONFIGS

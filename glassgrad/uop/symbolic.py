@@ -252,6 +252,37 @@ def reduce_sum_mod(x: UOp, c: UOp) -> UOp | None:
     return _build_sum(x, reduced) % c
 
 
+def _small_remainder(x: UOp, c: UOp) -> tuple[list, list] | None:
+    """x's terms as (multiples of g, the rest) for the largest g dividing c (1 < g < c) whose multiples leave a rest
+    in 0 .. g-1, every term >= 0: a chunk's position 8*q plus a lane 0..7 over a 64-wide row."""
+    if c.arg <= 1 or (terms := _nonnegative_terms(x)) is None:
+        return None
+    highs = [bounds(t)[1] for t in _sum_terms(x)]
+    for g in (d for d in range(c.arg - 1, 1, -1) if c.arg % d == 0):
+        big = [t for t in terms if t[1] % g == 0]
+        if big and len(big) < len(terms) and sum(h for t, h in zip(terms, highs) if t[1] % g) < g:
+            return big, [t for t in terms if t[1] % g]
+    return None
+
+
+def divide_small_remainder(x: UOp, c: UOp) -> UOp | None:
+    """(g*u + r) // c = (g*u) // c when g divides c and 0 <= r < g."""
+    return None if (found := _small_remainder(x, c)) is None else _build_sum(x, found[0]) // c
+
+
+def mod_small_remainder(x: UOp, c: UOp) -> UOp | None:
+    """(g*u + r) % c = (g*u) % c + r when g divides c and 0 <= r < g."""
+    return None if (found := _small_remainder(x, c)) is None else _build_sum(x, found[0]) % c + _build_sum(x, found[1])
+
+
+def mod_of_product(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """(x*k) % (n*k) = (x % n)*k for x >= 0 where x*k cannot wrap."""
+    low, high = bounds(x)
+    if c1.arg <= 0 or c2.arg % c1.arg or low < 0 or not _fits(x, high * c1.arg):
+        return None
+    return (x % (c2.arg // c1.arg)) * c1.arg
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the rules that need a look at bounds or at constants
 
@@ -365,8 +396,11 @@ _rules: list[tuple[UPat, Callable[..., UOp | None]]] = [
     ((x_int // UPat.cvar("a")) // UPat.cvar("b"), nested_div),  # (x//a)//b = x//(a*b)  (a, b > 0)
     ((x_int * c1) // c2, div_of_product),  # (x*k*c)//c = x*k,  (x*c)//(k*c) = x//k  (no wrap)
     (x_int // c, divide_sum),  # (q*c + r)//c = q + r//c  (q, r >= 0)
+    (x_int // c, divide_small_remainder),  # (g*u + r)//c = (g*u)//c  (g divides c, 0 <= r < g)
     (x_int % c, mod_of_small),  # x % c = x  when |x| < c
     (x_int % c, reduce_sum_mod),  # (q*c + r) % c = r % c  (q, r >= 0)
+    (x_int % c, mod_small_remainder),  # (g*u + r) % c = (g*u) % c + r  (g divides c, 0 <= r < g)
+    ((x_int * c1) % c2, mod_of_product),  # (x*k) % (n*k) = (x % n)*k  (x >= 0, no wrap)
     # ---- comparisons ----
     (x_int < UPat.var("x"), lambda x: FALSE),  # x < x = False  (not for floats: NaN)
     (x_int.ne(UPat.var("x")), lambda x: FALSE),  # x != x = False  (not for floats: NaN)

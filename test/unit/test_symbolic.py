@@ -264,6 +264,25 @@ def test_mod_of_a_sum_keeps_negative_factors():  # ((-j)//2)*(-2) >= 0, but ((-j
     assert_same_values(expression, simplify(expression), j)
 
 
+def test_a_chunks_lane_leaves_division_and_remainder():  # column 8*q + lane of rows 64 wide (a chunk of 8)
+    q, lane = thread(96, "q"), thread(8, "lane")
+    assert simplify((q * 8 + lane) // 64) is q // 8
+    assert simplify((q * 8 + lane) % 64) is (q % 8) * 8 + lane
+    for expression in ((q * 8 + lane) // 64, (q * 8 + lane) % 64, (q * 8 + lane + 64) % 48):
+        assert_same_values(expression, simplify(expression), q, lane)
+
+
+def test_a_remainder_that_can_reach_the_multiple_stays():  # 6*i + j with j up to 5: 6 is no divisor of 64
+    assert simplify((i * 6 + j) // 64).op is Ops.IDIV
+    assert_same_values((i * 6 + j) // 64, simplify((i * 6 + j) // 64), i, j)
+    assert_same_values((i * 4 + j) % 16, simplify((i * 4 + j) % 16), i, j)
+
+
+def test_mod_of_a_product():
+    assert simplify((j * 8) % 32) is (j % 4) * 8
+    assert simplify((x * 8) % 32) is (x * 8) % 32  # x may be negative
+
+
 def test_mod_of_an_unknown_sum_is_kept():
     assert simplify((x * 4 + y) % 4) is (x * 4 + y) % 4
 
