@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import (
     DType,
@@ -13,8 +13,8 @@ from glassgrad.dtype import (
     to_dtype,
     truncate,
 )
-from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.lazy import current, kernelize_tensors, realize_tensors, register, replaced
+from glassgrad.engine.realize import buffer_of
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
 from glassgrad.host_data import (
@@ -28,7 +28,6 @@ from glassgrad.host_data import (
     _uop_from_bytes,
     _uop_from_numpy,
 )
-from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
 from glassgrad.mixin import (
     AttentionMixin,
     AutogradMixin,
@@ -47,14 +46,13 @@ from glassgrad.mixin import (
     ReduceMixin,
 )
 from glassgrad.mixin.elementwise import check_device_holds
-from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
-from glassgrad.schedule import ScheduleItem
-from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.shape import shape_arg
-from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import GroupOp, Ops, UOp, fresh_unique, new_buffer
 from glassgrad.uop.view import chain_view
+
+if TYPE_CHECKING:
+    from glassgrad.schedule import ScheduleItem
 
 
 class _GradSwitch:
@@ -205,28 +203,17 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
-        _kernelize((self, *others))
+        kernelize_tensors((self, *others))
         return self
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
         """The kernels that realizing these tensors would run, in order."""
-        return _kernelize((self, *others)).items
+        return kernelize_tensors((self, *others)).items
 
     @one_thread_at_a_time
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel this tensor (and others) need; afterwards each is backed by a buffer."""
-        start, before = time.perf_counter(), GlobalCounters.kernel_count
-        tensors = (self, *others, *readers_of_overwritten((self, *others)))
-        scheduled = _kernelize(tensors)
-        unused = intermediates(scheduled.mapping, tensors)
-        try:
-            run_schedule(scheduled.items, unused)
-        except CheckFailed as error:  # what ran apart from the failure stands (an assign must not run twice); what
-            kept = unaffected_by(error.check, scheduled.assigns)  # reads the failure stays to run, and raises again
-            _realized(tensors, scheduled, [a for a in kept if a.src[0] not in unused])
-            raise
-        _realized(tensors, scheduled, scheduled.assigns)
-        timed_realize_summary(start, before)
+        realize_tensors((self, *others))
         return self
 
     def contiguous(self) -> Tensor:
@@ -443,37 +430,3 @@ def _reads_through_other_view(value: UOp, target: UOp) -> bool:
         if node is not target and node.op in GroupOp.Movement and node.base is target.base:
             return True
     return False
-
-
-@one_thread_at_a_time
-def _kernelize(tensors: Sequence[Tensor]) -> Scheduled:
-    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
-    schedule of its kernels."""
-    for t in tensors:
-        t._set_uop(t._current_uop())
-    scheduled = cached_schedule([t.uop for t in tensors])
-    become(scheduled.mapping)
-    for t, root in zip(tensors, scheduled.roots):  # a view of a kernelized node now reads through its buffer
-        t._set_uop(root)
-    return scheduled
-
-
-def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:
-    """Point the tensors, and every graph, at the buffers the kernels of the assigns `ran` filled."""
-    realized = {n: _renamed_after_assign(n) for n in ran}
-    become(realized)
-    for t, root in zip(tensors, scheduled.roots):
-        t._set_uop(root.substitute(realized))
-        if t.uop.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said why
-            buffer_of(t.uop.base).ensure_allocated()
-
-
-def _renamed_after_assign(assigned: UOp) -> UOp:
-    """The BUFFER a realized ASSIGN(BUFFER, KERNEL) leaves behind. A buffer an assign overwrote gets a new name for
-    the same memory: graphs built from it later must not match results remembered from its old contents."""
-    buffer = assigned.src[0]
-    if not assigned.src[1].arg.assign:
-        return buffer
-    alias = new_buffer(buffer.device, buffer.arg, buffer.dtype)
-    share_buffer(alias, buffer)
-    return alias

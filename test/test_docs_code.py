@@ -39,7 +39,7 @@ import traceback
 import pytest
 
 from glassgrad import Context, Device, GlobalCounters, Tensor
-from glassgrad.live import pending_assigns
+from glassgrad.engine.lazy import pending_assigns
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)

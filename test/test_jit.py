@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+import glassgrad.engine.lazy
 import glassgrad.schedule
-import glassgrad.tensor
 from glassgrad import Context, Device, GlobalCounters, Tensor, TinyJit, dtypes, nn
 from glassgrad.engine.realize import CompiledKernel
 from glassgrad.nn.state import get_parameters
@@ -123,7 +123,7 @@ def forbid_scheduling(monkeypatch):
 
     monkeypatch.setattr(glassgrad.schedule, "kernelize", refuse)
     monkeypatch.setattr(sys.modules["glassgrad.schedule.kernelize"], "kernelize", refuse)
-    monkeypatch.setattr(glassgrad.tensor, "cached_schedule", refuse)  # tensor.py calls the name it imported
+    monkeypatch.setattr(glassgrad.engine.lazy, "cached_schedule", refuse)  # lazy.py calls the name it imported
     monkeypatch.setattr(glassgrad.schedule, "create_schedule", refuse)
 
 

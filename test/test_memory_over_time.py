@@ -15,10 +15,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 COUNTS = """
 import gc, json
-from glassgrad import live
+from glassgrad.engine import lazy as live
 from glassgrad import Device, Tensor
 from glassgrad.engine import realize
-from glassgrad.schedule import cache
+from glassgrad.engine import lazy as cache
 from glassgrad.uop import ops
 
 

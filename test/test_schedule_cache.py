@@ -2,7 +2,7 @@
 
 import numpy as np
 
-import glassgrad.schedule.cache as cache
+import glassgrad.engine.lazy as cache
 from glassgrad import Tensor
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp

@@ -10,6 +10,7 @@ from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel
 from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
+from glassgrad.codegen.tensor_cores import tensor_core_kernel, tensor_core_opts
 from glassgrad.codegen.vectorize import vectorize
 from glassgrad.helpers import NOOPT, colored, prod
 from glassgrad.renderer import Renderer
@@ -41,8 +42,6 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     check_kernel_ast(ast, "choose_opts")
     if NOOPT:
         return ()
-    from glassgrad.codegen.tensor_cores import tensor_core_opts
-
     if tensor_cores := tensor_core_opts(ast, renderer):  # a matrix product of floats, on a renderer with tiles
         return tensor_cores
     if renderer is None:
@@ -144,8 +143,6 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     check_kernel_ast(ast, "get_program")
     opts = choose_opts(ast, renderer) if opts is None else opts
     if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
-        from glassgrad.codegen.tensor_cores import tensor_core_kernel
-
         name = kernel_name(ast, opts)
         tc = tensor_core_kernel(ast, renderer, opts[0], name)
         return ProgramSpec(name, tc.src, tc.program, tc.global_size, tc.ops, tc.mem, opts, tc.local_size,

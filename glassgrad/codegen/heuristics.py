@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from glassgrad.codegen.gather import collapse_gathers
+from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp
@@ -74,8 +76,6 @@ def _mean_step(index: UOp, r: UOp) -> float:
 def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
     """Every load and store of the kernel lowered without opts, with its step along each loop; and that lowered
     kernel (for `_live_loops`)."""
-    from glassgrad.codegen.lowerer import lower_kernel
-
     found = []
     sink = simplify(lower_kernel(ast))
     for node in sink.toposort():
@@ -98,8 +98,6 @@ def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
 
 def _live_loops(sink: UOp) -> set[int]:
     """The loops of a lowered kernel left once it is simplified (a one-hot sum's loop collapses into one load)."""
-    from glassgrad.codegen.gather import collapse_gathers
-
     return {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from glassgrad.codegen.lowerer import reduce_identity
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp
 
@@ -73,8 +74,6 @@ class Linearizer:
         """acc = identity; for (ranges) { acc = acc op value }; users then read acc.
 
         Every other reduction over the same loops and inside the same outer loops joins it with its own accumulator."""
-        from glassgrad.codegen.lowerer import reduce_identity
-
         ranges = list(node.src[1:])
         # siblings join only if they need exactly the same outer loops: one needing fewer would be recomputed in a
         # loop it does not depend on, and its accumulator would be out of scope where the outer code reads it

@@ -14,11 +14,11 @@ from typing import Any, Generic, TypeVar
 
 from glassgrad.engine import cuda_graph
 from glassgrad.engine.checks import raise_failed_checks
+from glassgrad.engine.lazy import pending_assigns, readers_of_buffers
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, checking_kernels
 from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
-from glassgrad.live import pending_assigns, readers_of_buffers
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
 from glassgrad.uop.ops import UOp

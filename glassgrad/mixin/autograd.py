@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.engine.lazy import current, current_map, live_tensors
 from glassgrad.gradient import compute_gradient, keeps_forward_values, substitute_keeping_rules
-from glassgrad.live import current, current_map, live_tensors
 from glassgrad.uop.ops import UOp
 
 if TYPE_CHECKING:

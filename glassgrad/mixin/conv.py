@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import promote_types
+from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
+from glassgrad.mixin.linalg import _summed
 from glassgrad.schedule.split_reduce import cache_sized_part
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -156,9 +158,6 @@ def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int,
               pads: list[tuple[int, int]], dilation: tuple[int, ...], groups: int, op: str) -> Tensor:  # fmt: skip
     """N-d convolution of a batched (N, C, *sizes) input, already checked: windows times weight, summed over
     (channels in the group, kernel offsets). Its gradients are written by hand (_conv_gradients)."""
-    from glassgrad.gradient import custom_gradient
-    from glassgrad.mixin.linalg import _summed
-
     nd = len(stride)
     n, kernel = x.shape[0], weight.shape[2:]
     padded = tuple(s + before + after for s, (before, after) in zip(x.shape[2:], pads, strict=True))
@@ -199,8 +198,6 @@ def _conv_gradients(g: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, ...
     primitives instead, it would sum, for each input element, over every window that reads it (a col2im) a value
     computed per window element: a tensor kernel**nd times the input's size, or a slow fused kernel. The weight's is
     the sum over the batch and the outputs of g times the windows, as the primitives give it."""
-    from glassgrad.mixin.linalg import _summed
-
     nd = len(stride)
     outs = g.shape[2:]
     geometry = zip(x.shape[2:], weight.shape[2:], stride, pads, dilation, outs, strict=True)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.mixin.conv import _check_input, _spatial_arg, _windows
+from glassgrad.mixin.linalg import _summed
 from glassgrad.mixin.small_tensors import _arange
 
 if TYPE_CHECKING:
@@ -88,8 +89,6 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
               padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
               dilation: int | Sequence[int], nd: int, op: str) -> Tensor:  # fmt: skip
     """torch's avg_pool1d/2d/3d: window sums over the count of elements torch divides by."""
-    from glassgrad.mixin.linalg import _summed
-
     kernel, stride, dilation, padding, after, outs = _pool_geometry(x, kernel_size, stride, padding, dilation,
                                                                      ceil_mode, nd, op)  # fmt: skip
     x = x._float_input()

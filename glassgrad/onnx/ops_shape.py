@@ -6,6 +6,7 @@ import math
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
+from glassgrad.onnx.loader import onnx_dtype
 from glassgrad.onnx.registry import OpContext, onnx_op
 from glassgrad.onnx.runner import HOST, _on_host
 from glassgrad.tensor import Tensor
@@ -281,8 +282,6 @@ def space_to_depth(ctx: OpContext, x: Tensor, *, blocksize: int, mode: str = "DC
 
 @onnx_op("EyeLike")
 def eye_like(ctx: OpContext, x: Tensor, *, dtype: int | None = None, k: int = 0) -> Tensor:
-    from glassgrad.onnx.loader import onnx_dtype
-
     out_dtype = x.dtype if dtype is None else onnx_dtype(dtype, f"{ctx.op} (node {ctx.node!r})")
     rows, cols = x.shape
     r = Tensor.arange(rows, device=x.device).reshape(rows, 1)
