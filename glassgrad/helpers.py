@@ -52,6 +52,9 @@ TF32 = ContextVar("TF32", 0)  # 1: float32 contractions may run on the tensor co
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
 
+L2_BUDGET = 1 << 20  # bytes of one operand a kernel may keep in cache: half of a 2 MiB L2 (the CPU kernels' tiles, a
+# large matmul's packed panels, a batch summed in parts)
+
 
 def getenv(key: str, default: Any = 0) -> Any:
     """Read an environment variable, converted to the type of `default`."""

@@ -47,6 +47,15 @@ def test_a_padded_input_read_through_windows_gets_a_buffer():
     assert conv.buffer_padded_windows(out) is None  # the windows now read a buffer: nothing left to do
 
 
+def test_the_rules_ask_the_renderer_and_name_no_device(monkeypatch):
+    """A renderer that does not buffer windows gets neither rule's buffers (a GPU's: its threads load masked)."""
+    x, w = Tensor(rand(2, 3, 9, 9)).realize(), Tensor(rand(4, 3, 3, 3)).realize()
+    reduce = conv_reduce(x, w, padding=1)
+    assert conv.buffer_padded_windows(reduce) is not None
+    monkeypatch.setattr(type(Device["CPU"].renderer), "buffers_windows", False)
+    assert conv.buffer_padded_windows(reduce) is None and conv.pack_broadcast_weight(reduce) is None
+
+
 @pytest.mark.parametrize(
     "case",
     [

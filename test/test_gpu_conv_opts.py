@@ -132,7 +132,7 @@ def _two_convolutions(size: int, device: str = "CPU"):
 
 
 def test_a_convolution_reads_the_previous_bias_and_relu_from_a_buffer_on_a_gpu_as_on_the_cpu(monkeypatch):
-    import glassgrad.schedule.split_reduce as split_reduce
+    import glassgrad.mixin.split_reduce as split_reduce
 
     def relu_kernels(grads) -> int:
         with Context(NOOPT=1):

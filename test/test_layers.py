@@ -1,6 +1,7 @@
 """The import rule (test/layers.py): glassgrad keeps its layers, and the checker catches an arrow against them."""
 
 import pathlib
+import shutil
 
 import pytest
 
@@ -12,6 +13,27 @@ GLASSGRAD = pathlib.Path(__file__).resolve().parents[1] / "glassgrad"
 def test_glassgrad_keeps_its_layers():
     problems = check(GLASSGRAD)
     assert not problems, "imports against the layers (test/layers.py):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "module, line, expected",
+    [
+        ("schedule/pack.py", "from glassgrad.runtime.device import Device\n",
+         ["schedule.pack:{n} imports runtime.device: schedule may not import runtime"]),
+        ("codegen/search.py", "def f():\n    from glassgrad.engine import realize\n",
+         ["codegen.search:{n} function-local imports engine.realize: codegen may not import engine",
+          "codegen.search:{n} function-local imports engine.realize, which imports it back: "
+          "engine.realize -> engine.beam -> codegen.search"]),
+    ],
+)  # fmt: skip
+def test_an_arrow_added_to_glassgrad_fails(tmp_path, module, line, expected):
+    """The rule on glassgrad itself: one import against it, added to a copy of the package, is reported."""
+    copy = tmp_path / "glassgrad"
+    shutil.copytree(GLASSGRAD, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.html"))
+    text = (copy / module).read_text()
+    (copy / module).write_text(text + line)
+    n = text.count("\n") + line.count("\n")  # the import's line: the last line a function-local one adds
+    assert check(copy) == [e.format(n=n) for e in expected]
 
 
 # ---- the checker itself, on a small package of three layers: low <- mid <- high ----

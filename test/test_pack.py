@@ -72,6 +72,17 @@ def test_the_rule_leaves_other_products_alone(case):
     assert pack.pack_panels.rewrite(reduce) is None
 
 
+def test_the_rule_asks_the_renderer_and_names_no_device(monkeypatch):
+    """A renderer that does not ask for panels gets none; the scheduler sees the device only through its renderer."""
+    a, b = Tensor(rand(8, 40)).realize(), Tensor(rand(40, 96)).realize()
+    reduce = next(u for u in (a @ b).uop.toposort() if u.op is Ops.REDUCE_AXIS)
+    monkeypatch.setattr(type(Device["CPU"].renderer), "packs_panels", False)
+    assert pack.pack_panels.rewrite(reduce) is None
+    monkeypatch.setattr(pack, "device_renderer", None)  # no lookup installed: the scheduler knows no device
+    monkeypatch.setattr(type(Device["CPU"].renderer), "packs_panels", True)
+    assert pack.pack_panels.rewrite(reduce) is None
+
+
 def test_a_sum_of_products_that_is_no_matmul_and_a_conv_are_left_alone():
     x, y = Tensor(rand(8, 96, 40)).realize(), Tensor(rand(8, 96, 40)).realize()
     assert not packed_kernels((x * y).sum(-1))

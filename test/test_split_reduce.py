@@ -6,8 +6,8 @@ import pytest
 
 from glassgrad import Tensor
 from glassgrad.dtype import dtypes
-from glassgrad.schedule import split_reduce
-from glassgrad.schedule.split_reduce import (
+from glassgrad.mixin import split_reduce
+from glassgrad.mixin.split_reduce import (
     MIN_PART,
     SPLIT_BELOW,
     SPLIT_FROM,

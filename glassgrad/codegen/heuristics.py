@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
-from glassgrad.helpers import prod
+from glassgrad.helpers import L2_BUDGET, prod
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
@@ -21,7 +21,6 @@ VECTOR_REGISTERS = 32  # AVX-512's register file: a block's accumulators and the
 MIN_BLOCK = 16  # accumulators a block across output channels has at least before it takes a second column axis
 CC_VECTOR_BYTES = 32  # GCC -O2 vectorizes a loop with a guarded load itself (masked 256-bit vectors), but only one
 # whose length is a multiple of its vector: its "very cheap" cost model allows no scalar remainder loop
-L2_BUDGET = 1 << 20  # bytes of one input a tile may keep in cache: half of a 2 MiB L2
 LONG_REDUCE = 64  # a reduction this long amortizes an output's lane-by-lane stores
 SMALL_REDUCE = 5  # reduced axes this short (a 3x3 or 5x5 window) are unrolled completely
 MANY_TILES = 8  # tiles enough that threads taking whole ones stay about equally busy, however many there are

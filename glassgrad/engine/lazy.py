@@ -36,13 +36,16 @@ from glassgrad.engine.realize import _buffers, buffer_of, run_schedule, share_bu
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import NOOPT
 from glassgrad.runtime.counters import GlobalCounters
-from glassgrad.schedule import ScheduleItem, schedule_assigns, schedule_item
+from glassgrad.runtime.device import Device
+from glassgrad.schedule import ScheduleItem, pack, schedule_assigns, schedule_item
 from glassgrad.schedule.kernelize import kernelize
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import Ops, UOp, fresh_unique, new_buffer
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
+
+pack.device_renderer = lambda device: Device[device].renderer  # what the scheduler asks of a device's kernels
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
 _all_tensors: dict[int, weakref.ref[Tensor]] = {}

@@ -10,7 +10,7 @@ from glassgrad.dtype import promote_types
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
 from glassgrad.mixin.linalg import _summed
-from glassgrad.schedule.split_reduce import cache_sized_part
+from glassgrad.mixin.split_reduce import cache_sized_part
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod as product
 from glassgrad.mixin.small_tensors import _arange
-from glassgrad.schedule.split_reduce import split_reduce
+from glassgrad.mixin.split_reduce import split_reduce
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:

@@ -17,6 +17,10 @@ class Renderer:
     vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)
     has_local: bool = False  # it renders blocks of threads that share memory (a GPU): the LOCAL and GROUP actions
     chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
+    # layouts the scheduler gives operands where this renderer's kernels pay for them (it asks, naming no device):
+    packs_panels: bool = False  # its matmuls are register-blocked over B's columns: a large B is packed (pack.py)
+    buffers_windows: bool = False  # a mask test per load keeps its loops from vector code: a convolution's padded
+    # input and weight get buffers of their own (schedule/conv.py)
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes

@@ -480,6 +480,8 @@ class CRenderer(CStyleRenderer):
     range_entry = True
     fuse_mulacc = True  # sums of products accumulate with fused multiply-adds, as BLAS libraries do
     vector_lanes = (2, 4, 8, 16)
+    packs_panels = True
+    buffers_windows = True
 
     def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
                           scalars: list[str | None]) -> str:  # fmt: skip

@@ -1,4 +1,5 @@
-"""Convolutions on the CPU: the padded input and the weight get buffers laid out for the kernel that reads them.
+"""Convolutions on the CPU: the padded input and the weight get buffers laid out for the kernel that reads them (on a
+renderer with `buffers_windows`: the scheduler asks, naming no device).
 
 A convolution is a sum of products of sliding windows over the padded input and the weight broadcast over the batch
 and the output positions. Two rules rewrite such a product's operands:
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT, prod
-from glassgrad.schedule.pack import movement, on_devices
+from glassgrad.schedule.pack import movement, renderer_of
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 from glassgrad.uop.view import chain_view
 
-WINDOW_DEVICES = ("CPU",)  # devices whose kernels are C loops that a mask test per load keeps from vectorizing
 WINDOW_DTYPES = (dtypes.float32, dtypes.float64)
 MIN_REDUCED_AXES = 2  # a weight that varies along this many reduced axes (C_in and the kernel) is a convolution's:
 # a matmul's operands vary along one, its B is packed by schedule/pack.py and its A is read as it lies
@@ -34,14 +34,15 @@ MIN_REUSE = 64  # products per weight element: fewer do not repay copying the we
 
 
 def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
-    """The MUL a float sum on a window device reduces, and the permutation between the MUL's axes and the sum's."""
+    """The MUL a float sum reduces (on a renderer that buffers windows), and the permutation between the MUL's axes
+    and the sum's."""
     src = reduce.src[0]
     order = tuple(range(len(src.shape)))
     if src.op is Ops.PERMUTE:
         src, order = src.src[0], src.arg
     if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD or reduce.dtype not in WINDOW_DTYPES:
         return None
-    if not on_devices(reduce, WINDOW_DEVICES):
+    if (renderer := renderer_of(reduce)) is None or not renderer.buffers_windows:
         return None
     return src, order
 

@@ -1,4 +1,5 @@
-"""Packing: a large matmul on the CPU reads its reused operand from panels that a kernel of their own lays out.
+"""Packing: a large matmul on the CPU reads its reused operand from panels that a kernel of their own lays out (on a
+renderer with `packs_panels`: the scheduler asks, naming no device).
 
 A matmul's kernel keeps a block of outputs in registers and, for each term of the sum, loads a row of B's columns
 that the block covers. B's rows lie a whole row of B apart, usually a power of two of bytes, so the rows of one
@@ -15,15 +16,17 @@ and the output are single views and the kernel's index math stays affine:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from glassgrad.dtype import dtypes
-from glassgrad.helpers import NOOPT
+from glassgrad.helpers import L2_BUDGET, NOOPT
+from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
 PANEL_BYTES = 128  # a panel row: the two 64-byte vectors of the CPU's register block (codegen/heuristics.py)
-MIN_PACKED_BYTES = 1 << 20  # a B up to this fits in L2 as it lies (half of a 2 MiB L2): packing would not pay
+MIN_PACKED_BYTES = L2_BUDGET  # a B up to this fits in L2 as it lies: packing would not pay
 MIN_ROWS = 64  # the rows of A that reuse each panel: fewer do not repay copying B
-PACKED_DEVICES = ("CPU",)  # devices whose matmul kernels are register-blocked over B's columns
 PACKED_DTYPES = (dtypes.float32, dtypes.float64)
 
 
@@ -32,9 +35,15 @@ def movement(op: Ops, x: UOp, arg) -> UOp:
     return UOp(op, x.dtype, (x,), tuple(arg))
 
 
-def on_devices(node: UOp, names: tuple[str, ...]) -> bool:
-    """Whether `node` lives on one of the devices named (CPU:1 counts as CPU)."""
-    return str(node.device).split(":")[0] in names
+# A device's renderer, for the rules that ask what its kernels pay for (Renderer.packs_panels, .buffers_windows): the
+# engine installs Device's lookup (engine/lazy.py), so the scheduler names no device and imports no runtime.
+device_renderer: Callable[[str], Renderer] | None = None
+
+
+def renderer_of(node: UOp) -> Renderer | None:
+    """The renderer of the one device `node` lives on (None for a node on several, or with no lookup installed)."""
+    device = node.device
+    return device_renderer(device) if device_renderer is not None and isinstance(device, str) else None
 
 
 def _contiguous(x: UOp) -> UOp:
@@ -54,7 +63,9 @@ def pack_operand(reduce: UOp, mul: UOp) -> UOp | None:
     shape = mul.shape
     if NOOPT or len(shape) < 3 or reduce.arg != (Ops.ADD, (len(shape) - 1,)) or reduce.dtype not in PACKED_DTYPES:
         return None
-    if (operands := _broadcast_operand(mul)) is None or not on_devices(reduce, PACKED_DEVICES):
+    if (operands := _broadcast_operand(mul)) is None or (renderer := renderer_of(reduce)) is None:
+        return None
+    if not renderer.packs_panels:
         return None
     x, y = operands
     *batch, m, n, k = shape

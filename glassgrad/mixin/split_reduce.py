@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from glassgrad.codegen.heuristics import L2_BUDGET
 from glassgrad.dtype import DType, dtypes
-from glassgrad.helpers import prod
+from glassgrad.helpers import L2_BUDGET, prod
+from glassgrad.runtime.device import Device
 from glassgrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int
 
 
 def _has_blocks(device: str) -> bool:
-    from glassgrad.runtime.device import Device
-
+    """Whether the device runs blocks of threads (a GPU): its renderer says so."""
     return isinstance(device, str) and Device[device].renderer.has_local
 
 
