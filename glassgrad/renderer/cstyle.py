@@ -325,6 +325,9 @@ class CStyleRenderer(Renderer):
         return "\n".join(self.prelude(program) + [writer.write(name)]) + "\n"
 
 
+WRITTEN_AS_MATH = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}  # the ops CKernelWriter.alu writes; any other needs a handler
+
+
 class CKernelWriter:
     """Walks a linear program once, naming values and writing statements."""
 
@@ -367,7 +370,9 @@ class CKernelWriter:
         } | self.dialect_handlers()  # fmt: skip
         self.params: list[str] = []
         for u in self.program:
-            handlers.get(u.op, self.alu)(u)
+            if (handler := handlers.get(u.op, self.alu if u.op in WRITTEN_AS_MATH else None)) is None:
+                raise NotImplementedError(f"{type(self.r).__name__} has no handler for {u.op} (kernel {name})")
+            handler(u)
         buffers = len(self.params)
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params

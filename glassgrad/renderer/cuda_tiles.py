@@ -309,11 +309,11 @@ class EpilogueWriter(CKernelWriter):
     """The C writer of a prologue or the epilogue; its SPECIAL variables are the kernel's own (the accumulator and its
     position, an operand's position). `value` names the program's last UOp (an operand's value)."""
 
-    def alu(self, u: UOp) -> None:
-        if u.op is Ops.SPECIAL:
-            self.names[u] = u.arg[0]
-        else:
-            super().alu(u)
+    def dialect_handlers(self) -> dict:
+        return {Ops.SPECIAL: self.special}
+
+    def special(self, u: UOp) -> None:
+        self.names[u] = u.arg[0]
 
     @property
     def value(self) -> str:
