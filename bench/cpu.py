@@ -37,7 +37,8 @@ ROWS = COLS = 4096
 MNIST_STEPS = getenv("MNIST_STEPS", 8)
 
 # Memory-bound work runs at a third of its speed for the first few passes after other work went through memory (a hand C
-# kernel shows it too; docs/benchmarks.md): every framework gets the same warm-up past that, and more runs to median
+# kernel shows it too; docs/benchmarks-history.md): every framework gets the same warm-up past that, and more runs to
+# median
 MEMORY_BOUND_RUNS = {"repeats": 21, "warmup": 5}
 SETTLE_S = 0.5  # OpenBLAS's and OpenMP's worker threads spin a while after a call before they sleep
 rows: list[tuple[str, str, float, str]] = []  # (work, framework, value, unit)

@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "schedule": ("schedule", "schedule.*"),  # graph -> kernels; asks a Renderer what layouts pay
     "runtime": ("runtime", "runtime.*"),  # devices: memory, compilers, programs
     "engine": ("engine", "engine.*"),  # realize: schedule, compile, run
-    "tensor": ("tensor", "tensor_*", "live", "gradient", "host_data", "mixin", "mixin.*"),  # the Tensor API
+    "tensor": ("tensor", "tensor_*", "gradient", "host_data", "mixin", "mixin.*"),  # the Tensor API
     # built on Tensor; backends/: PyTorch's switches (TF32), the user's to set
     "frontend": ("", "engine.jit", "nn", "nn.*", "onnx", "onnx.*", "models", "models.*", "backends", "backends.*"),
 }
