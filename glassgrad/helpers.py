@@ -7,9 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 @functools.cache
@@ -83,10 +81,6 @@ def prod(xs: Iterable[int]) -> int:
     return result
 
 
-def all_same(items: list[Any] | tuple[Any, ...]) -> bool:
-    return all(x == items[0] for x in items)
-
-
 def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides of a contiguous array, with stride 0 on size-1 dimensions."""
     strides, acc = [], 1
@@ -94,10 +88,6 @@ def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc if size != 1 else 0)
         acc *= size
     return tuple(reversed(strides))
-
-
-def argsort(xs: list[Any] | tuple[Any, ...]) -> list[int]:
-    return sorted(range(len(xs)), key=xs.__getitem__)
 
 
 COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
@@ -113,7 +103,3 @@ def colored(text: str, color: str | None, bright: bool = False) -> str:
     if color is None or not use_color():
         return text
     return f"\u001b[{COLORS[color] + 60 * bright}m{text}\u001b[0m"
-
-
-def flatten(nested: Iterable[Iterable[T]]) -> list[T]:
-    return [x for inner in nested for x in inner]
