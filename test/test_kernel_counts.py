@@ -1,10 +1,14 @@
 """How many kernels run (GlobalCounters), and realize, schedule, kernelize, contiguous and assign."""
 
+import functools
+
 import numpy as np
 import pytest
 
 from glassgrad import GlobalCounters, Tensor, dtypes
 from glassgrad.engine.realize import buffer_of
+from glassgrad.models import gpt2
+from glassgrad.nn.state import get_state_dict
 from glassgrad.uop import Ops
 from helpers import assert_matches, make_input
 
@@ -286,6 +290,21 @@ def test_bias_and_relu_after_a_matmul_read_by_the_next_get_their_own_kernel(devi
     y = (x @ w + Tensor(bias_np, device=device)).relu() @ v  # fused, bias + ReLU would run 32 times per element
     assert kernels_to_realize(y) == 3  # the first product, its bias and ReLU, the second product
     assert_matches(y, np.maximum(a @ b + bias_np, 0) @ c, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_scores_are_one_reduction_not_a_stored_product():
+    """GPT-2's attention: q @ k.T of the qkv projection is read by the mask, softmax's max and sum and the output.
+    The scores get a buffer, never the elementwise product under them (GPT-2 small stored a batch x heads x T x T x 64
+    product, then summed it: 83% of its forward). Its values are checked against PyTorch in test_bench_models."""
+    cfg = gpt2.GPT2Config(vocab_size=100, n_ctx=64, n_embd=64, n_layer=1, n_head=4)
+    model = gpt2.GPT2(cfg)
+    for name, value in get_state_dict(model).items():  # weights of the right shapes, never read: only scheduled
+        *path, attribute = name.split(".")
+        owner = functools.reduce(lambda o, p: o[int(p)] if p.isdigit() else getattr(o, p), path, model)
+        setattr(owner, attribute, Tensor.empty(*value.shape))
+    logits = model(Tensor.empty(8, 64, dtype=dtypes.int32))
+    scores = 8 * cfg.n_head * 64 * 64
+    assert max(item.bufs[0].arg for item in logits.schedule()) <= max(scores, 8 * 64 * 4 * cfg.n_embd)
 
 
 def test_bias_and_relu_after_a_matmul_read_a_few_times_stay_fused(device):

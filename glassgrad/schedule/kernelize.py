@@ -86,6 +86,8 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         for reduce_node, users in readers.items():
             if len(users) > 1 and reduce_node not in points:
                 points[reduce_node], changed = None, True
+        if changed:  # values are judged once the reductions are settled: a value inside a reduction that gets a
+            continue  # buffer is computed by that one kernel, not by each kernel that read the reduction before
         for point in list(points):
             for value in _costly_values_repeated(point, points):
                 points[value], changed = None, True
