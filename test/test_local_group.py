@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from glassgrad import Context, Device, Tensor
+from glassgrad import Context, Device, Tensor, dtypes
 from glassgrad.codegen import get_program, kernel_name
 from glassgrad.codegen.heuristics import GROUP_THREADS, _accesses, hand_coded_opts
 from glassgrad.codegen.opt import Opt, main_reduce
@@ -189,6 +189,9 @@ def test_heuristics_group_a_whole_sum_and_leave_other_kernels_to_one_thread_each
     index = Tensor(np.array([5, 2999, 0], np.int32), device="CPU").realize()
     assert not any(o.op == "GROUP" for o in opts_of(table[index]))  # a gather's one-hot sum collapses into a load
     assert hand_coded_opts(x.sum().schedule()[-1].ast) == [Opt("UNROLL", 0, 8)]  # the CPU's choice is unchanged
+    # a row sum of 768 half floats into 4096 rows (LayerNorm's statistics): 768 terms, though an UNROLL of 8 leaves 96
+    rows = Tensor.empty(4096, 768, dtype=dtypes.half, device="CPU")
+    assert Opt("GROUP", 1, GROUP_THREADS) in opts_of(rows.float().sum(axis=1))
 
 
 def test_a_candidate_that_fails_to_launch_is_timed_as_never_finishing(monkeypatch):

@@ -30,20 +30,32 @@ def _index_compared_with(cond: UOp, r: UOp) -> UOp | None:
     return None
 
 
+def _one_hot_condition(cond: UOp, r: UOp) -> tuple[UOp, UOp | None] | None:
+    """For cond = (r == e) & c & ..., with no c depending on r: e (as _index_compared_with gives it) and the other
+    conditions together (None where there are none): a cross-entropy's target compare, masked by ignore_index."""
+    if cond.op is not Ops.AND:
+        return None if (e := _index_compared_with(cond, r)) is None else (e, None)
+    for a, b in (cond.src, cond.src[::-1]):
+        if (found := _one_hot_condition(a, r)) is not None and r not in range_deps(b)[b]:
+            return found[0], b if found[1] is None else found[1] & b
+    return None
+
+
 def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
-    """sum_r where(r == e, v(r), 0)  ->  where(0 <= e < n, v(e), 0)."""
+    """sum_r where(r == e & c, v(r), 0)  ->  where(0 <= e < n & c, v(e), 0), for conditions c that r does not change."""
     if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2 or len(r.src) != 1:  # not a loop threads share
         return None
-    e = _index_compared_with(cond, r)
-    if e is None:
+    if (found := _one_hot_condition(cond, r)) is None:
         return None
+    e, also = found
     n = r.src[0].arg
     deps = range_deps(v)
     changed = {node for node in deps if node.op is Ops.INDEX and r in deps[node]}
     picked = guard_loads(v, in_range(e, n), changed.__contains__).substitute({r: e})  # no out-of-range read
     # e's checks (CHECK nodes) are made beside the guard of the loads at e (for vector lanes: lane by lane, where that
     # guard is tested anyway), and the select reads e unchecked; where no load reads at e, the select checks it
-    return in_range(without_checks(e) if changed else e, n).where(picked, zero)
+    kept = in_range(without_checks(e) if changed else e, n)
+    return (kept if also is None else kept & also).where(picked, zero)
 
 
 def in_range(e: UOp, n: int) -> UOp:
