@@ -8,7 +8,7 @@ from glassgrad.codegen import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.renderer.cuda import CUDARenderer
-from glassgrad.uop.ops import Ops
+from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import symbolic
 
@@ -52,11 +52,14 @@ def test_the_masked_pick_keeps_its_values():
 
 
 def test_a_one_hot_sum_over_rows_and_classes_keeps_the_rows_loop_only():
-    """A loss summed over the rows and the classes of a batch at once: the classes' loop collapses, the rows' stays
-    (GPT-2's mean cross-entropy was one block reading 1024 x 50257 logits)."""
-    logits, targets = Tensor.empty(64, 1000), Tensor.empty(64, dtype=dtypes.int32)
-    loops = _loops_left(_masked_pick(logits, targets, -100).sum(), gpu=True)  # the rows unrolled: one sum of both
-    assert 1000 not in loops and len(loops) == 1  # the rows (unrolled by some amount)
+    """The rule alone on a sum over two loops of two unrolled rows' selects (GPT-2's mean cross-entropy, summed over
+    rows and classes in one kernel: one block read 1024 x 50257 logits): the classes' loop goes, the rows' stays."""
+    rows, classes = (UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n),), axis) for axis, n in ((0, 4), (1, 10)))
+    value = classes.cast(dtypes.float) * 1.5 + rows.cast(dtypes.float)
+    selects = [classes.eq(rows * 2 + k).where(value, 0.0) for k in (0, 1)]  # two unrolled rows' targets
+    red = UOp(Ops.REDUCE, dtypes.float, (selects[0] + selects[1], rows, classes), arg=Ops.ADD)
+    out = graph_rewrite(red, collapse_gathers)
+    assert out.op is Ops.REDUCE and out.src[1:] == (rows,) and classes not in out.toposort()
 
 
 def test_the_masked_picks_summed_keep_their_value():
