@@ -24,8 +24,8 @@ def _device_node(device: str) -> UOp:
 
 def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[int, ...]]:
     """The flat values and the shape of a nested list; ragged lists are an error."""
-    if not isinstance(data, (list, tuple)):
-        return [data], ()
+    if not isinstance(data, (list, tuple)):  # a NumPy scalar (np.uint8(3)) counts as the Python number it holds
+        return [data.item() if type(data).__module__ == "numpy" and hasattr(data, "item") else data], ()
     if len(data) == 0:
         return [], (0,)
     parts = [_flatten_nested(x, f"{where}[{i}]") for i, x in enumerate(data)]

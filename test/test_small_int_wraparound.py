@@ -112,3 +112,20 @@ def test_int32_and_int64_data_math_wraps_in_generated_source():
         src = get_program(item.ast, CUDARenderer()).src
         assert f"(({unsigned})val0)*3" in src, src
         assert "ridx0 = gidx" in src and "(unsigned int)gidx" not in src  # the thread's index stays signed
+
+
+def test_integer_max_loops_stay_rolled_on_cuda():
+    """NVIDIA's ptxas (-O3) lost a term of a fully unrolled max over negated ints (37 int32 values: the second largest);
+    the CUDA renderer keeps integer max and min loops rolled (test_small_int_results_wrap_as_numpys checks the values
+    on a GPU), float ones as they were."""
+    from glassgrad.codegen import get_program
+    from glassgrad.renderer.cuda import CUDARenderer
+
+    def source(t: Tensor) -> str:
+        (item,) = [i for i in t.schedule() if i.ast.op is Ops.SINK]
+        return get_program(item.ast, CUDARenderer()).src
+
+    for dtype in (dtypes.int32, dtypes.int16, dtypes.uint8):
+        assert "#pragma unroll 1" in source((-Tensor.empty(37, dtype=dtype)).max())
+        assert "#pragma unroll 1" in source(Tensor.empty(37, dtype=dtype).min())
+    assert "#pragma unroll 1" not in source(Tensor.empty(37).max()) + source(Tensor.empty(37, dtype=dtypes.int32).sum())

@@ -284,3 +284,14 @@ def test_repr_names_the_uop_device_and_grad(device):
 def test_repr_of_fresh_tensor_shows_the_copy_from_python():
     expected = "<Tensor <UOp CPU (4,) int (Ops.COPY, None)> on CPU with grad None>"
     assert repr(Tensor([1, 2, 3, 4], device="CPU")) == expected
+
+
+def test_numpy_scalars_in_a_list_are_the_numbers_they_hold():
+    """np.uint8(35) in a nested list (bytes of a NumPy array indexed one by one) was a TypeError; PyTorch takes it.
+    The dtype follows the Python numbers' rule (default_int, default_float), where PyTorch keeps NumPy's."""
+    import torch
+
+    for values in ([[np.uint8(35)]], [np.float32(1.5), 2], [np.bool_(True), np.bool_(False)], [np.int64(-7)]):
+        t = Tensor(values)
+        np.testing.assert_array_equal(t.numpy(), torch.tensor(values).numpy())
+    assert Tensor([np.uint8(3)]).dtype == dtypes.default_int and Tensor([np.float64(0.5)]).dtype == dtypes.default_float

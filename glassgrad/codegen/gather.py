@@ -41,10 +41,32 @@ def _one_hot_condition(cond: UOp, r: UOp) -> tuple[UOp, UOp | None] | None:
     return None
 
 
-def collapse_one_hot_sum(red: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
-    """sum_r where(r == e & c, v(r), 0)  ->  where(0 <= e < n & c, v(e), 0), for conditions c that r does not change."""
-    if red.arg is not Ops.ADD or zero.arg != 0 or len(red.src) != 2 or len(r.src) != 1:  # not a loop threads share
+def collapse_one_hot_sum(red: UOp) -> UOp | None:
+    """sum_r where(r == e & c, v(r), 0)  ->  where(0 <= e < n & c, v(e), 0), for conditions c that r does not change;
+    over one of the sum's loops where it has several (a loss summed over the rows and the classes of a batch), and
+    through casts and through sums of such selects (the rows an UNROLL puts side by side)."""
+    if red.arg is not Ops.ADD:
         return None
+    for r in red.src[1:]:
+        if len(r.src) == 1 and (value := _collapsed(red.src[0], r)) is not None:  # not a loop threads share
+            rest = tuple(s for s in red.src[1:] if s is not r)
+            return red.replace(src=(value, *rest)) if rest else value
+    return None
+
+
+def _collapsed(x: UOp, r: UOp) -> UOp | None:
+    """The sum of x over loop r as one value, where x is a one-hot select on r (maybe cast: a sum of small ints widened
+    first, labels[samples] of uint8), or a sum of such; else None."""
+    if x.op is Ops.ADD:
+        parts = [_collapsed(s, r) for s in x.src]
+        return None if None in parts else parts[0] + parts[1]
+    cast = x if x.op is Ops.CAST else None
+    where = x.src[0] if cast is not None else x
+    if where.op is not Ops.WHERE or where.src[2].op is not Ops.CONST or where.src[2].arg != 0:
+        return None
+    cond, v, zero = where.src
+    if cast is not None:  # the cast goes onto the value (a cast of 0 is 0)
+        v, zero = cast.replace(src=(v,)), cast.const_like(0)
     if (found := _one_hot_condition(cond, r)) is None:
         return None
     e, also = found
@@ -63,17 +85,4 @@ def in_range(e: UOp, n: int) -> UOp:
     return (e < n) & (e < 0).logical_not()
 
 
-def collapse_one_hot_cast_sum(red: UOp, cast: UOp, cond: UOp, v: UOp, zero: UOp, r: UOp) -> UOp | None:
-    """sum_r cast(where(r == e, v(r), 0)), as a sum of small ints widened first (labels[samples] of uint8): the same,
-    with the cast on the value (a cast of 0 is 0)."""
-    if zero.arg != 0:
-        return None
-    return collapse_one_hot_sum(red, cond, cast.replace(src=(v,)), cast.const_like(0), r)
-
-
-_one_hot = UPat(Ops.WHERE, src=(UPat(name="cond"), UPat(name="v"), UPat.cvar("zero")))
-collapse_gathers = PatternMatcher([
-    (UPat(Ops.REDUCE, src=(_one_hot, UPat(Ops.RANGE, name="r")), name="red"), collapse_one_hot_sum),
-    (UPat(Ops.REDUCE, src=(UPat(Ops.CAST, src=(_one_hot,), name="cast"), UPat(Ops.RANGE, name="r")), name="red"),
-     collapse_one_hot_cast_sum),
-])  # fmt: skip
+collapse_gathers = PatternMatcher([(UPat(Ops.REDUCE, name="red"), collapse_one_hot_sum)])
