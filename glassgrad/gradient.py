@@ -106,6 +106,7 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.MAX: lambda g, node, x, y, out: _max_grad(g, x, y),
     Ops.WHERE: lambda g, node, c, x, y, out: _where_grad(g, c),
     Ops.TRUNC: lambda g, node, x, out: (g * 0,),
+    Ops.MOD: lambda g, node, x, y, out: (g, -g * x.div(y, rounding_mode="trunc")),  # fmod of floats: x - trunc(x/y) y
     Ops.CAST: lambda g, node, x, out: (g.cast(x.dtype),),
     Ops.CHECK: lambda g, node, x, out: (g,),
     Ops.CONTIGUOUS: lambda g, node, x, *unique_and_out: (g, None),
@@ -125,7 +126,7 @@ USES_ONLY_THE_GRADIENT = {Ops.ADD, Ops.NEG, Ops.TRUNC, Ops.CAST, Ops.CONTIGUOUS,
                           Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}  # fmt: skip
 
 # Ops whose output does not change smoothly with their inputs: no gradient flows through them.
-NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.DETACH,
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.DETACH,
                Ops.BITCAST, Ops.ARANGE, Ops.CONST, Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE, Ops.ASSIGN}  # fmt: skip
 
 

@@ -1,5 +1,5 @@
-"""Elementwise math composed from the primitive ops, where it takes more than a line: integer division, and pow with
-PyTorch's semantics (and the small helpers the math and random mixins share).
+"""Elementwise math composed from the primitive ops, where it takes more than a line: integer and float division with
+rounding, and pow with PyTorch's semantics (and the small helpers the math and random mixins share).
 
 Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf, NaN and -0), and
 gradients are PyTorch's formulas (custom_gradient), including at the edges: d/dx x**y at a base of 0 is 0 for
@@ -33,6 +33,47 @@ def int_quotient(x: Tensor, y: Tensor, rounding_mode: str, op: str) -> Tensor:
         return q
     inexact = (q * y).ne(x) & ((x < 0) ^ (y < 0))  # C truncates: one less where signs differ, y does not divide x
     return inexact.where(q - 1, q)
+
+
+def float_floor_quotient(x: Tensor, y: Tensor, op: str = "floordiv") -> Tensor:
+    """x // y of floats as PyTorch computes it: from the exact remainder fmod(x, y), so a quotient within a rounding
+    of a whole number still floors right; x / y where y is 0, NaN for an infinite x, -1 or 0 for a finite x over
+    +-inf. float16 and bfloat16 round each step to their dtype, as PyTorch's. Its gradient is 0, as PyTorch's div
+    with a rounding mode."""
+    _refuse_bool(x, op)
+    remainder = x._alu(Ops.MOD, y)
+    quotient = _divided(x - remainder, y)  # a whole number but for rounding
+    quotient = _wrong_sign(remainder, y).where(quotient - 1, quotient)
+    nearest = quotient.floor()
+    nearest = (quotient - nearest > 0.5).where(nearest + 1, nearest)
+    result = quotient.ne(0).where(nearest, (x / y) * 0)  # a zero with the quotient's sign
+    return custom_gradient(y.eq(0).where(x / y, result), (x, y), lambda g, x, y: (x.zeros_like(), y.zeros_like()))
+
+
+def float_remainder(x: Tensor, y: Tensor) -> Tensor:
+    """x % y of floats with the sign of y, as Python and torch.remainder: fmod(x, y), plus y where their signs
+    differ (2.0 % -inf is -inf); NaN for an infinite x or a zero y. Gradients as PyTorch's: g, -g * (x // y)."""
+    _refuse_bool(x, "mod")
+    fmod = x._alu(Ops.MOD, y)  # exact in every dtype: one rounding at most, of fmod + y
+    result = _wrong_sign(fmod, y).where(fmod + y, fmod)
+    return custom_gradient(result, (x, y), lambda g, x, y: (g, -g * float_floor_quotient(x, y)))
+
+
+def _divided(x: Tensor, y: Tensor) -> Tensor:
+    """x / y rounded once to the dtype (float16 and bfloat16 through float32, not through their own 1 / y)."""
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16):
+        return x / y
+    return (x.cast(dtypes.float32) / y.cast(dtypes.float32)).cast(x.dtype)
+
+
+def _refuse_bool(x: Tensor, op: str) -> None:
+    if x.dtype == dtypes.bool:
+        raise TypeError(f"{op}: bool tensors cannot be divided (as in PyTorch); cast to an int or float dtype first")
+
+
+def _wrong_sign(remainder: Tensor, y: Tensor) -> Tensor:
+    """Where C's remainder (the sign of x) is not the floored one (the sign of y)."""
+    return remainder.ne(0) & ((y < 0) ^ (remainder < 0))
 
 
 def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
