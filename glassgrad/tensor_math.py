@@ -2,7 +2,8 @@
 rounding, and pow with PyTorch's semantics (and the small helpers the math and random mixins share).
 
 Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf, NaN and -0), and
-gradients are PyTorch's formulas (custom_gradient), including at the edges: d/dx x**y at a base of 0 is 0 for
+gradients are PyTorch's formulas (custom_gradient; of float16 and bfloat16 tensors computed in the dtype, as
+PyTorch's), including at the edges: d/dx x**y at a base of 0 is 0 for
 y > 1, 1 for y = 1, +inf for 0 < y < 1 and -inf for y < 0; d/dy is NaN for a negative base, as in PyTorch.
 Whole scalar exponents are products, whose derived gradients are the same formulas.
 """
@@ -87,8 +88,11 @@ def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
         raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
     if dtypes.is_int(base.dtype):
         return _integer_power(base, exp)
-    if base.dtype in (dtypes.float16, dtypes.bfloat16):  # compute in float32, round once, as PyTorch
-        return _float_power(base.cast(dtypes.float32), exp.cast(dtypes.float32)).cast(base.dtype)
+    if base.dtype in (dtypes.float16, dtypes.bfloat16):
+        # the value in float32, rounded once, as PyTorch; the gradient PyTorch's formulas in the dtype, each step
+        # rounded as its are: (-2.66) ** 60000 in float16 has the gradient of ** 60000 (59999 rounds to it), +inf
+        value = _float_power(base.cast(dtypes.float32), exp.cast(dtypes.float32)).cast(base.dtype)
+        return custom_gradient(value, (base, exp), _power_gradients)
     return _float_power(base, exp)
 
 
@@ -184,6 +188,6 @@ def _power_gradients(g: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """PyTorch's gradients of x ** y: y * x ** (y - 1) in x (0 where y = 0), x ** y * log(x) in y (0 where x = 0 and
     y >= 0). The formulas themselves, not the chain rule through exp2 and log2, whose 0 * inf at the edges (a base
     of 0 or +-inf, an exponent of +-inf) would be NaN."""
-    dx = y.eq(0).where(0.0, g * y * power(x, y - 1))
-    dy = (x.eq(0) & (y >= 0)).where(0.0, g * _float_power(x, y) * x.log())
+    dx = y.eq(0).where(0.0, g * (y * power(x, y - 1)))
+    dy = (x.eq(0) & (y >= 0)).where(0.0, g * (power(x, y) * x.log()))
     return dx, dy
