@@ -118,16 +118,18 @@ def _exact_divmod(f):
     smaller dtypes, and a float64 one past its range is left out. (PyTorch rounds each step of a float16 or bfloat16
     floor division to that dtype: within the tolerance of these, the same whole number below 2**7.)"""
 
-    def ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def ref(a: torch.Tensor | float, b: torch.Tensor | float) -> torch.Tensor:
         dtype = torch.result_type(a, b)
         if not dtype.is_floating_point:
             return f(a, b)
+        # a Python number (x % 0.5, 0.5 % x) takes the result's dtype, as in PyTorch
+        a, b = (v.to(dtype) if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=dtype) for v in (a, b))
         if dtype == torch.float64:
             x, y = torch.broadcast_tensors(a.detach(), b.detach())
             if bool((torch.isfinite(x) & torch.isfinite(y) & (y != 0) & torch.isinf(x / y)).any()):
                 raise Undefined("a float64 quotient past float64's range (PyTorch's vectorized fmod gives NaN)")
             return f(a, b)
-        return f(a.to(dtype).double(), b.to(dtype).double()).to(dtype)
+        return f(a.double(), b.double()).to(dtype)
 
     return ref
 
