@@ -2,8 +2,8 @@
 
 PyTorch's CPU variance accumulates float32 in float64 (half and bfloat16 in float32) and takes std's root before
 rounding back, so a std whose variance overflows the dtype is finite (of 3e38 in float32, of 60000 in float16); its
-gradient is 2 (x - mean) / (N - correction), none through the mean, so values with an inf give +-inf gradients, not
-NaN everywhere. (With N <= correction and no dim given, PyTorch's gradient is g * inf even where x - mean < 0;
+gradient is PyTorch's formula in the dtype, 2 (x - mean) / (N - correction) (std's times g / (2 std)), none through
+the mean, so values with an inf give +-inf gradients, not NaN everywhere. (With N <= correction and no dim given, PyTorch's gradient is g * inf even where x - mean < 0;
 glassgrad's keeps the formula's sign there, as PyTorch's own does with the dims given.)
 """
 
@@ -84,6 +84,7 @@ EXTREMES = {  # name: (values, dtypes)
     "a square past float32's range": ([-0.16, -0.25, -2.44, 3e38], ["float32"]),
     "a sum of squares past float32's range": ([1.5e19, -1.5e19], ["float32"]),
     "a square past float16's range": ([60000.0, 0.0, 0.0, 0.0], ["float16"]),
+    "twice the std past float32's range": ([3e38, 2.0], ["float32"]),  # PyTorch's g / (2 std) is 0
 }
 
 
