@@ -44,13 +44,20 @@ def _gelu(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t == torch.inf, t, F.gelu(t))
 
 
+def _at_nan_passing(f):
+    """f (hardtanh, relu6) with PyTorch's gradient at NaN of its scalar path, g, everywhere: its vectorized CPU kernel
+    (a tensor of 16 elements or more) gives 0 there. glassgrad's, as the scalar one's, passes g."""
+    return lambda t: torch.where(torch.isnan(t), t, f(t))
+
+
 # activations: floats only in PyTorch
 ACTIVATIONS = {
-    "relu": ("relu()", F.relu), "relu6": ("relu6()", F.relu6), "gelu": ("gelu()", _gelu),
+    "relu": ("relu()", F.relu), "relu6": ("relu6()", _at_nan_passing(F.relu6)), "gelu": ("gelu()", _gelu),
     "gelu_tanh": ("gelu(approximate='tanh')", lambda t: F.gelu(t, approximate="tanh")), "silu": ("silu()", F.silu),
     "softplus": ("softplus()", F.softplus), "mish": ("mish()", F.mish), "logsigmoid": ("logsigmoid()", F.logsigmoid),
     "elu": ("elu()", F.elu), "celu": ("celu(0.5)", lambda t: F.celu(t, 0.5)), "selu": ("selu()", F.selu),
-    "leaky_relu": ("leaky_relu(0.1)", lambda t: F.leaky_relu(t, 0.1)), "hardtanh": ("hardtanh()", F.hardtanh),
+    "leaky_relu": ("leaky_relu(0.1)", lambda t: F.leaky_relu(t, 0.1)),
+    "hardtanh": ("hardtanh()", _at_nan_passing(F.hardtanh)),
     "hardsigmoid": ("hardsigmoid()", F.hardsigmoid), "hardswish": ("hardswish()", F.hardswish),
     "softsign": ("softsign()", F.softsign),
 }  # fmt: skip

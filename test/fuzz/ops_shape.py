@@ -330,6 +330,8 @@ def reduce(g: Gen, name: str) -> Spec | None:
         f = {"sum": lambda t: t.sum(full, **kd) if nd else t, "prod": lambda t: _prod(t, full, keepdim),
              "cumsum": lambda t: t.cumsum(dims or 0) if nd else t}[name]  # fmt: skip
         wide = dtypes.int64 if is_int(acc) else acc  # ints accumulate in int64 and wrap to acc's width at the end
+        if name == "prod" and d in (dtypes.float16, dtypes.bfloat16):
+            wide = dtypes.float32  # as glassgrad's (docs), rounded once: PyTorch's rounds each step (60000 * -1.5: inf)
         ref = lambda t: cast(f(cast(t, d, wide)), wide, acc)  # noqa: E731
         feats = ("prod-zero-overflow",) if name == "prod" and is_float(d) and _zero_and_overflow(a.ref, d) else ()
         return Spec(code, (a.name,), ref, acc, keeps_exact=not is_float(d), features=feats)
