@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.gradient import compute_gradient, keeps_forward_values, substitute_keeping_rules
 from glassgrad.live import current, current_map, live_tensors
-from glassgrad.uop.ops import UOp
+from glassgrad.schedule.kernelize import fresh_unique
+from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -58,6 +59,10 @@ class AutogradMixin:
         if value and not dtypes.is_float(self.dtype):
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}; "
                                "cast to a float dtype first")  # fmt: skip
+        if value and self._is_leaf and not _owns_its_node(self.uop):
+            # gradients find a tensor by its node: an interned one (the constant 2.0, a view of another tensor) would
+            # collect the gradient of every other use of that node, so the leaf gets a node of its own
+            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique()))
         self._requires_grad = value
 
     def _autograd_root(self: Tensor) -> UOp:
@@ -134,3 +139,13 @@ class AutogradMixin:
         if gradient.shape != self.shape:
             raise ValueError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
         return gradient.cast(self.dtype)
+
+
+def _owns_its_node(node: UOp) -> bool:
+    """Whether no other tensor can be built as this node: a buffer of its own (data taken from the host, an assign's
+    target, a contiguous copy), maybe reshaped; not a constant, a computed value or a view of another tensor."""
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    if node.op in (Ops.CAST, Ops.COPY):  # data from the host: its PYTHON buffer, copied and converted
+        node = node.src[0]
+    return node.op in (Ops.BUFFER, Ops.ASSIGN, Ops.CONTIGUOUS)

@@ -23,8 +23,9 @@ class Optimizer:
                 p.requires_grad_(True)
         self.params = params
         device = params[0].device
-        self.lr = Tensor([float(lr)], device=device, dtype=dtypes.float32).contiguous().realize()
-        self.step_count = Tensor([0], device=device, dtype=dtypes.int32).contiguous().realize()
+        # 0-d, as numbers are: an update keeps its parameter's shape, a 0-d one's too
+        self.lr = Tensor(float(lr), device=device, dtype=dtypes.float32).contiguous().realize()
+        self.step_count = Tensor(0, device=device, dtype=dtypes.int32).contiguous().realize()
 
     def zero_grad(self) -> None:
         """Forget the gradients of the last backward pass."""
@@ -175,7 +176,7 @@ class LRScheduler:
         raise NotImplementedError
 
     def _set(self, lr: float) -> None:
-        self.optimizer.lr.assign(Tensor([lr], device=self.optimizer.lr.device, dtype=dtypes.float32)).realize()
+        self.optimizer.lr.assign(Tensor(lr, device=self.optimizer.lr.device, dtype=dtypes.float32)).realize()
 
     def step(self) -> None:
         """Move to the next epoch (or step) and update the optimizer's learning rate."""

@@ -173,6 +173,8 @@ class CStyleRenderer(Renderer):
             return f"__builtin_fma{'f' if dtype == dtypes.float32 else ''}({args[0]}, {args[1]}, {args[2]})"
         if op is Ops.MULACC:
             return f"(({args[0]}*{args[1]})+{args[2]})"
+        if op is Ops.MOD and dtypes.is_float(dtype):  # the remainder of the truncated quotient, as C's % of ints
+            return f"{'fmod' if dtype == dtypes.float64 else 'fmodf'}({args[0]}, {args[1]})"
         if op in (Ops.IDIV, Ops.MOD) and _may_trap(dtype, src[1]):
             return f"gg_{op.name.lower()}_{self._fn_suffix(dtype)}({args[0]}, {args[1]})"
         if op is Ops.CMPNE and dtype == dtypes.bool and src[0].dtype == dtypes.bool:

@@ -24,8 +24,13 @@ def _c_idiv(x: int, y: int) -> int:
     return quotient if (x < 0) == (y < 0) else -quotient
 
 
-def _c_mod(x: int, y: int) -> int:
-    """x % y for C ints: the sign of the dividend, so x == (x / y) * y + x % y; modulo zero gives 0."""
+def _c_mod(x: Any, y: Any) -> Any:
+    """x % y for C ints: the sign of the dividend, so x == (x / y) * y + x % y; modulo zero gives 0. For floats C's
+    fmod, exact: NaN for an infinite x, a zero y or a NaN; x itself for an infinite y."""
+    if isinstance(x, float) or isinstance(y, float):
+        if y == 0 or math.isinf(x) or x != x or y != y:
+            return math.nan
+        return x if math.isinf(y) else math.fmod(x, y)
     return 0 if y == 0 else x - _c_idiv(x, y) * y
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from glassgrad import dtypes
 
 from .program import Gen, Spec
-from .reference import CARRIED, TORCH, cast, is_float, is_int, order, unorder, wrap
+from .reference import CARRIED, TORCH, Undefined, cast, is_float, is_int, order, unorder, wrap
 
 
 def _axes(g: Gen, nd: int, k: int | None = None) -> tuple[int, ...]:
@@ -330,6 +330,8 @@ def reduce(g: Gen, name: str) -> Spec | None:
         f = {"sum": lambda t: t.sum(full, **kd) if nd else t, "prod": lambda t: _prod(t, full, keepdim),
              "cumsum": lambda t: t.cumsum(dims or 0) if nd else t}[name]  # fmt: skip
         wide = dtypes.int64 if is_int(acc) else acc  # ints accumulate in int64 and wrap to acc's width at the end
+        if name == "prod" and d in (dtypes.float16, dtypes.bfloat16):
+            wide = dtypes.float32  # as glassgrad's (docs), rounded once: PyTorch's rounds each step (60000 * -1.5: inf)
         ref = lambda t: cast(f(cast(t, d, wide)), wide, acc)  # noqa: E731
         feats = ("prod-zero-overflow",) if name == "prod" and is_float(d) and _zero_and_overflow(a.ref, d) else ()
         return Spec(code, (a.name,), ref, acc, keeps_exact=not is_float(d), features=feats)
@@ -362,7 +364,8 @@ def reduce(g: Gen, name: str) -> Spec | None:
         return Spec(code, (a.name,), lambda t: f(t, full, correction=corr, **kd) if nd else f(t, correction=corr),
                     features=feats)  # fmt: skip
     if name == "logsumexp":
-        return Spec(code, (a.name,), lambda t: torch.logsumexp(t, full, **kd) if nd else t)
+        # a 0-d tensor's is log(exp(x)) in PyTorch too, not x: its gradient at -inf is NaN (exp(-inf - -inf))
+        return Spec(code, (a.name,), lambda t: torch.logsumexp(t, full if nd else (), **kd))
     f = torch.softmax if name == "softmax" else torch.log_softmax
     return Spec(code, (a.name,), lambda t: f(t, dims if dims is not None else -1) if nd else f(t, 0))
 
@@ -386,10 +389,30 @@ def _zero_and_overflow(t: torch.Tensor, d) -> bool:
 
 
 def _prod(t: torch.Tensor, axes, keepdim: bool) -> torch.Tensor:
-    axes = axes if isinstance(axes, tuple) else (axes,)
-    for ax in sorted((x % t.ndim for x in axes), reverse=True):
-        t = t.prod(ax, keepdim=keepdim)
-    return t
+    """The product over `axes`, each slice its own torch.prod over every element. PyTorch's gradient of prod(dim)
+    takes its formula by whether any element of the whole input is 0, so a zero in one slice turns another's
+    inf / inf = NaN into the product of the others; of one slice it takes it by that slice, as glassgrad's does.
+    With two zeros in a slice PyTorch multiplies cumulative products in order, where an overflow before a zero
+    gives inf * 0 = NaN and one after it 0: such a slice is left out. A 0-d tensor's is itself (gradient 1)."""
+    if t.ndim == 0:
+        return t
+    axes = sorted({a % t.ndim for a in (axes if isinstance(axes, tuple) else (axes,))})
+    kept = [d for d in range(t.ndim) if d not in axes]
+    m, n = math.prod(t.shape[d] for d in kept), math.prod(t.shape[d] for d in axes)
+    rows = t.permute(*kept, *axes).reshape(m, n)
+    if t.is_floating_point() and any(_order_decides(r) for r in rows.detach()):
+        raise Undefined("a slice of prod with two zeros whose other values' product overflows")
+    out = torch.stack([r.prod() for r in rows]) if m else rows.prod(1)
+    return out.reshape(
+        [1 if d in axes else t.shape[d] for d in range(t.ndim)] if keepdim else [t.shape[d] for d in kept]
+    )
+
+
+def _order_decides(row: torch.Tensor) -> bool:
+    """Two or more zeros, and a product of the other values that may pass the dtype's range (or is inf or NaN)."""
+    rest = row[row != 0].double().abs()
+    growth = float(rest.log2().clamp(min=0).sum())  # the largest any partial product can be, as a power of 2
+    return len(row) - len(rest) >= 2 and not growth < math.log2(torch.finfo(row.dtype).max)
 
 
 def _nan_key(t: torch.Tensor, name: str) -> torch.Tensor:

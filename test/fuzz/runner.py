@@ -67,6 +67,13 @@ def weights(program: Program, name: str) -> np.ndarray:
     return rng.uniform(-1, 1, program.values[name].shape).astype(np.float32)
 
 
+def loss_cast(program: Program, name: str) -> str:
+    """The float dtype an output enters the loss in: float64 stays float64. Cast to float32, its gradient rounds to
+    float32, and where glassgrad's interning makes two outputs one node (x ** True and x.squeeze() are both x) their
+    float32 gradients add before the cast back to float64, PyTorch's two after it."""
+    return "double" if program.values[name].dtype == dtypes.float64 else "float"
+
+
 def grad_outputs(program: Program, outputs: list[str]) -> list[str]:
     values = program.values  # a step that must raise has no value
     return [o for o in outputs if o in values and is_float(values[o].dtype) and values[o].ref.requires_grad]
@@ -97,7 +104,7 @@ def render(program: Program, outputs: list[str], grads: bool, note: str = "", le
             w = weights(program, o)
             shape = "" if 0 not in w.shape else f".reshape{w.shape}"
             lines.append(f"w{o[1:]} = Tensor({_literal(w.tolist())}, device=D){shape}")
-            terms.append(f"({o}.float() * w{o[1:]}).sum()")
+            terms.append(f"({o}.{loss_cast(program, o)}() * w{o[1:]}).sum()")
         lines.append(f"loss = {' + '.join(terms)}")
         leaves = leaves or [i.name for i in program.inputs if i.grad and i.name in needed]
         lines.append(f"grads = loss.gradient({', '.join(leaves)})")
@@ -170,7 +177,8 @@ def _check_grads(program: Program, outputs: list[str], ns: dict) -> Failure | No
     tleaves = [program.values[n].leaf for n, v in program.values.items() if hasattr(v, "leaf")]
     names = {i.name for i in leaves}
     tleaves = [t for t, i in zip(tleaves, program.inputs) if i.name in names]
-    loss = sum((program.values[o].ref.float() * torch.from_numpy(weights(program, o))).sum() for o in gouts)
+    loss = sum((getattr(program.values[o].ref, loss_cast(program, o))() * torch.from_numpy(weights(program, o))).sum()
+               for o in gouts)  # fmt: skip
     try:
         want = torch.autograd.grad(loss, tleaves, allow_unused=True, retain_graph=True)
     except RuntimeError as e:
