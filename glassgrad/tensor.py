@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import math
-import struct
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from glassgrad.dtype import (
+    STORED_AS_BITS,
     DType,
-    bfloat16_to_float,
     dtypes,
-    float_to_bfloat16,
+    pack_values,
     promote_types,
     result_type_with_scalar,
     to_dtype,
     truncate,
+    unpack_values,
 )
 from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
@@ -52,19 +52,6 @@ def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[in
         if s != shape:
             raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
     return [v for values, _ in parts for v in values], (len(data), *shape)
-
-
-def _pack(values: list[Any], dtype: DType) -> bytes:
-    """Python scalars as the bytes of a `dtype` buffer."""
-    if dtype == dtypes.bfloat16:
-        return struct.pack(f"<{len(values)}H", *(float_to_bfloat16(float(v)) for v in values))
-    return struct.pack(f"<{len(values)}{dtype.fmt}", *(truncate(dtype, v) for v in values))
-
-
-def _unpack(raw: bytes | bytearray, dtype: DType) -> list[Any]:
-    if dtype == dtypes.bfloat16:
-        return [bfloat16_to_float(v) for v in struct.unpack(f"<{len(raw) // 2}H", raw)]
-    return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
 
 
 def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
@@ -155,7 +142,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         elif isinstance(data, (list, tuple)):
             values, shape = _flatten_nested(data)
             dtype = dtype or _infer_dtype(values)
-            uop = _uop_from_bytes(_pack(values, dtype), dtype, shape, device)
+            uop = _uop_from_bytes(pack_values(values, dtype), dtype, shape, device)
         elif isinstance(data, (bytes, bytearray)):
             uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
         elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
@@ -319,22 +306,22 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         return memoryview(self._host_bytes())
 
     def numpy(self):
-        """The values as a NumPy array (bfloat16 comes back as float32)."""
+        """The values as a NumPy array (bfloat16 and fp8 come back as float32)."""
         import numpy as np
 
-        if self.dtype == dtypes.bfloat16:
+        if self.dtype in STORED_AS_BITS:
             return self.cast(dtypes.float32).numpy()
         return np.frombuffer(self._host_bytes(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape).copy()
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists, or a scalar for a 0-d tensor."""
-        return _nest(_unpack(self._host_bytes(), self.dtype), self.shape)
+        return _nest(unpack_values(self._host_bytes(), self.dtype), self.shape)
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
-        return _unpack(self._host_bytes(), self.dtype)[0]
+        return unpack_values(self._host_bytes(), self.dtype)[0]
 
     def to(self, device: str) -> Tensor:
         """This tensor on another device (a COPY, run when realized)."""
