@@ -28,7 +28,7 @@ from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
-from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
+from glassgrad.schedule.kernelize import chain_view, fresh_unique, is_disk, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.shape import ShapeError, int_args, shape_arg
 from glassgrad.tensor_math import int_quotient
@@ -283,6 +283,8 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         return self
 
     def _host_bytes(self) -> bytearray:
+        if is_disk(self.device) and not self._is_contiguous_buffer():  # a part of a file: DISK computes nothing
+            return self.to("CPU")._host_bytes()
         t = self if self._is_contiguous_buffer() else self.contiguous()
         t.realize()
         return buffer_of(t.uop.base).as_bytes()
