@@ -4,8 +4,9 @@ from glassgrad import nn  # noqa: E402  (after Tensor: nn is built on it)
 from glassgrad.dtype import dtypes
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.jit import TinyJit
+from glassgrad.function import function
 from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "getenv", "nn"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes", "function", "getenv", "nn"]

@@ -22,7 +22,7 @@ from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
-from glassgrad.helpers import prod
+from glassgrad.helpers import TrainingSwitch, prod, training_flag
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
 from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
 from glassgrad.runtime.device import Device
@@ -113,7 +113,7 @@ class _TrainingMode:
         Tensor.training = self.previous
 
 
-class _TensorType(type):
+class _TensorType(TrainingSwitch):
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "no_grad" and not isinstance(value, _GradSwitch):  # `Tensor.no_grad = True` flips the switch
             cls.__dict__["no_grad"].enabled = bool(value)
@@ -125,7 +125,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
              metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
-    training: bool = False
+    training = training_flag  # the TRAINING flag (helpers.py): Context(TRAINING=1) is Tensor.train()
     no_grad = _GradSwitch()
     _seed: int = int(time.time())
     _rng_states: dict[str, Tensor] = {}  # the random generator state per device (see RandomMixin)
