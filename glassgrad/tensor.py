@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from glassgrad.backward_targets import unasked_flag
 from glassgrad.dtype import (
     STORED_AS_BITS,
     DType,
@@ -452,7 +453,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
             _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
         grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
-        out._start(uop, True if grad else None, is_leaf=not grad)
+        out._start(uop, True if grad else unasked_flag(parents), is_leaf=not grad)
         return out
 
     # ---- movement: views of the same data, no copies ----
