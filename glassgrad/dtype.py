@@ -292,3 +292,12 @@ def unpack_values(raw: bytes | bytearray, dtype: DType) -> list[Any]:
     if (bits := STORED_AS_BITS.get(dtype)) is not None:
         return [bits.decode(v) for v in struct.unpack(f"<{len(raw) // dtype.itemsize}{bits.storage}", raw)]
     return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
+
+
+def typed_view(raw: bytearray, dtype: DType, shape: tuple[int, ...]) -> memoryview:
+    """The bytes of a `dtype` tensor of `shape` as a memoryview of its elements, as tinygrad's Tensor.data() gives
+    them: its format is the dtype's struct character; float16, bfloat16 and fp8, which a memoryview cannot hold, come
+    as their raw bits ('H' or 'B'). A shape with a 0 in it is an empty 1-D view (a memoryview cannot have one)."""
+    bits = STORED_AS_BITS.get(dtype)
+    fmt = "H" if dtype == dtypes.float16 else bits.storage if bits is not None else dtype.fmt
+    return memoryview(raw).cast(fmt) if 0 in shape else memoryview(raw).cast(fmt, shape)

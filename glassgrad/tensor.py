@@ -17,6 +17,7 @@ from glassgrad.dtype import (
     result_type_with_scalar,
     to_dtype,
     truncate,
+    typed_view,
     unpack_values,
 )
 from glassgrad.engine.checks import unaffected_by
@@ -305,8 +306,8 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         return node.op is Ops.BUFFER or chain_view(u).contiguous
 
     def data(self) -> memoryview:
-        """The raw bytes of this tensor, in row-major order."""
-        return memoryview(self._host_bytes())
+        """The elements as a typed memoryview of this shape, in row-major order (tinygrad's; dtype.typed_view)."""
+        return typed_view(self._host_bytes(), self.dtype, self.shape)
 
     def numpy(self):
         """The values as a NumPy array (bfloat16 and fp8 come back as float32)."""
