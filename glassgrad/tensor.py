@@ -26,7 +26,16 @@ from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, time
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import TrainingSwitch, prod, training_flag
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
-from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
+from glassgrad.mixin import (
+    AutogradMixin,
+    CompositionMixin,
+    IndexingMixin,
+    LinalgMixin,
+    MathMixin,
+    NNMixin,
+    RandomMixin,
+    ReduceMixin,
+)
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
@@ -123,7 +132,7 @@ class _TensorType(TrainingSwitch):
         super().__setattr__(name, value)
 
 
-class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin,
+class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin, CompositionMixin,
              metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 

@@ -1,6 +1,6 @@
 """The names tinygrad scripts use beyond Tensor: nn.datasets, helpers (getenv, colored, trange), Context as a context
-manager and a decorator with TRAINING, `function`, optimizer schedule_step, Muon and OptimizerGroup, and
-renderer.supported_dtypes(); checked against PyTorch where it has the same thing."""
+manager and a decorator with TRAINING, `function`, Tensor.sequential, optimizer schedule_step, Muon and
+OptimizerGroup, and renderer.supported_dtypes(); checked against PyTorch where it has the same thing."""
 
 import io
 
@@ -107,6 +107,27 @@ def test_function_gives_the_bodys_values_and_gradients_as_torch():
     np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-6)
     np.testing.assert_allclose(model.w.grad.numpy(), tw.grad.numpy(), atol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1, 4), (5, 4), (4, 5)], ids=["0-size", "1-size", "odd", "transposed"])
+def test_sequential_applies_each_layer_in_turn_as_torch_sequential(shape):
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal(shape).astype(np.float32)
+    lin1, lin2 = nn.Linear(4, 3), nn.Linear(3, 2)
+    t_seq = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        for ours, theirs in ((lin1, t_seq[0]), (lin2, t_seq[2])):
+            theirs.weight.copy_(torch.tensor(ours.weight.numpy()))
+            theirs.bias.copy_(torch.tensor(ours.bias.numpy()))
+    x, tx = Tensor(xs), torch.tensor(xs, requires_grad=True)  # tinygrad's way: no tensor says requires_grad
+    x_in, tx_in = (x.T, tx.T) if shape == (4, 5) else (x, tx)  # a non-contiguous view goes in
+    out, t_out = x_in.sequential([lin1, Tensor.relu, lambda v: v * 2, lin2]), t_seq[2](t_seq[1](t_seq[0](tx_in)) * 2)
+    (out * out).sum().backward()
+    (t_out * t_out).sum().backward()
+    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-5)
+    np.testing.assert_allclose(lin1.weight.grad.numpy(), t_seq[0].weight.grad.numpy(), atol=1e-5)
+    assert x.sequential([]) is x  # nothing to apply: the tensor itself, as functools.reduce gives
 
 
 def test_function_with_options_tuples_and_wrong_returns():
