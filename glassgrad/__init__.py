@@ -5,6 +5,7 @@ from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_ma
 from glassgrad.dtype import dtypes
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.jit import TinyJit
+from glassgrad.function import function
 from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
@@ -17,6 +18,7 @@ __all__ = [
     "TinyJit",
     "backends",
     "dtypes",
+    "function",
     "get_float32_matmul_precision",
     "getenv",
     "nn",

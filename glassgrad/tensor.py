@@ -3,32 +3,43 @@
 from __future__ import annotations
 
 import math
-import struct
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from glassgrad.backward_targets import unasked_flag
 from glassgrad.dtype import (
+    STORED_AS_BITS,
     DType,
-    bfloat16_to_float,
     dtypes,
-    float_to_bfloat16,
+    pack_values,
     promote_types,
     result_type_with_scalar,
     to_dtype,
     truncate,
+    typed_view,
+    unpack_values,
 )
 from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
-from glassgrad.helpers import prod
+from glassgrad.helpers import TrainingSwitch, prod, training_flag
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
-from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
+from glassgrad.mixin import (
+    AutogradMixin,
+    CompositionMixin,
+    IndexingMixin,
+    LinalgMixin,
+    MathMixin,
+    NNMixin,
+    RandomMixin,
+    ReduceMixin,
+)
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
-from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
+from glassgrad.schedule.kernelize import chain_view, fresh_unique, is_disk, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
 from glassgrad.shape import ShapeError, int_args, shape_arg
 from glassgrad.tensor_math import float_floor_quotient, float_remainder, int_quotient
@@ -52,19 +63,6 @@ def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[in
         if s != shape:
             raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
     return [v for values, _ in parts for v in values], (len(data), *shape)
-
-
-def _pack(values: list[Any], dtype: DType) -> bytes:
-    """Python scalars as the bytes of a `dtype` buffer."""
-    if dtype == dtypes.bfloat16:
-        return struct.pack(f"<{len(values)}H", *(float_to_bfloat16(float(v)) for v in values))
-    return struct.pack(f"<{len(values)}{dtype.fmt}", *(truncate(dtype, v) for v in values))
-
-
-def _unpack(raw: bytes | bytearray, dtype: DType) -> list[Any]:
-    if dtype == dtypes.bfloat16:
-        return [bfloat16_to_float(v) for v in struct.unpack(f"<{len(raw) // 2}H", raw)]
-    return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
 
 
 def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
@@ -126,7 +124,7 @@ class _TrainingMode:
         Tensor.training = self.previous
 
 
-class _TensorType(type):
+class _TensorType(TrainingSwitch):
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "no_grad" and not isinstance(value, _GradSwitch):  # `Tensor.no_grad = True` flips the switch
             cls.__dict__["no_grad"].enabled = bool(value)
@@ -134,11 +132,11 @@ class _TensorType(type):
         super().__setattr__(name, value)
 
 
-class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin,
+class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin, CompositionMixin,
              metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
-    training: bool = False
+    training = training_flag  # the TRAINING flag (helpers.py): Context(TRAINING=1) is Tensor.train()
     no_grad = _GradSwitch()
     _seed: int = int(time.time())
     _rng_states: dict[str, Tensor] = {}  # the random generator state per device (see RandomMixin)
@@ -155,7 +153,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         elif isinstance(data, (list, tuple)):
             values, shape = _flatten_nested(data)
             dtype = dtype or _infer_dtype(values)
-            uop = _uop_from_bytes(_pack(values, dtype), dtype, shape, device)
+            uop = _uop_from_bytes(pack_values(values, dtype), dtype, shape, device)
         elif isinstance(data, (bytes, bytearray)):
             uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
         elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
@@ -296,6 +294,8 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         return self
 
     def _host_bytes(self) -> bytearray:
+        if is_disk(self.device) and not self._is_contiguous_buffer():  # a part of a file: DISK computes nothing
+            return self.to("CPU")._host_bytes()
         t = self if self._is_contiguous_buffer() else self.contiguous()
         t.realize()
         return buffer_of(t.uop.base).as_bytes()
@@ -315,26 +315,26 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
         return node.op is Ops.BUFFER or chain_view(u).contiguous
 
     def data(self) -> memoryview:
-        """The raw bytes of this tensor, in row-major order."""
-        return memoryview(self._host_bytes())
+        """The elements as a typed memoryview of this shape, in row-major order (tinygrad's; dtype.typed_view)."""
+        return typed_view(self._host_bytes(), self.dtype, self.shape)
 
     def numpy(self):
-        """The values as a NumPy array (bfloat16 comes back as float32)."""
+        """The values as a NumPy array (bfloat16 and fp8 come back as float32)."""
         import numpy as np
 
-        if self.dtype == dtypes.bfloat16:
+        if self.dtype in STORED_AS_BITS:
             return self.cast(dtypes.float32).numpy()
         return np.frombuffer(self._host_bytes(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape).copy()
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists, or a scalar for a 0-d tensor."""
-        return _nest(_unpack(self._host_bytes(), self.dtype), self.shape)
+        return _nest(unpack_values(self._host_bytes(), self.dtype), self.shape)
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
-        return _unpack(self._host_bytes(), self.dtype)[0]
+        return unpack_values(self._host_bytes(), self.dtype)[0]
 
     def to(self, device: str) -> Tensor:
         """This tensor on another device (a COPY, run when realized)."""
@@ -463,7 +463,7 @@ class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, 
             _check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
         grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
-        out._start(uop, True if grad else None, is_leaf=not grad)
+        out._start(uop, True if grad else unasked_flag(parents), is_leaf=not grad)
         return out
 
     # ---- movement: views of the same data, no copies ----

@@ -5,6 +5,7 @@ gradient comes from the primitive ops it is made of.
 """
 
 from glassgrad.mixin.autograd import AutogradMixin
+from glassgrad.mixin.composition import CompositionMixin
 from glassgrad.mixin.indexing import IndexingMixin
 from glassgrad.mixin.linalg import LinalgMixin
 from glassgrad.mixin.math import MathMixin
@@ -12,4 +13,5 @@ from glassgrad.mixin.nn import NNMixin
 from glassgrad.mixin.random import RandomMixin
 from glassgrad.mixin.reduce import ReduceMixin
 
-__all__ = ["AutogradMixin", "IndexingMixin", "LinalgMixin", "MathMixin", "NNMixin", "RandomMixin", "ReduceMixin"]
+__all__ = ["AutogradMixin", "CompositionMixin", "IndexingMixin", "LinalgMixin", "MathMixin", "NNMixin", "RandomMixin",
+           "ReduceMixin"]  # fmt: skip

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from glassgrad.backward_targets import backward_targets
 from glassgrad.dtype import dtypes
 from glassgrad.gradient import compute_gradient, keeps_forward_values, substitute_keeping_rules
 from glassgrad.live import current, current_map, live_tensors
@@ -88,7 +89,8 @@ class AutogradMixin:
         return [g if g is not None else t.zeros_like() for t, g in zip(targets, grads)]
 
     def backward(self: Tensor, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph.
+        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph (where none
+        has, of every float tensor that did not say requires_grad=False, as tinygrad: backward_targets.py).
         As in PyTorch, the graph is let go afterwards (so realizing this tensor frees what the forward pass kept)
         unless retain_graph=True; a second backward() through it then raises."""
         if self._graph_freed:
@@ -96,11 +98,7 @@ class AutogradMixin:
                                "let go of the values it kept; pass retain_graph=True to the first backward() to call "
                                "it again")  # fmt: skip
         root = self._autograd_root()
-        candidates = [t for t in live_tensors() if t._requires_grad and t._is_leaf]
-        leaves = [(t, found) for t, found in zip(candidates, self._names_of(root, candidates)) if found]
-        if not leaves:
-            raise RuntimeError("backward: no tensor in this graph requires grad; create the inputs with "
-                               "requires_grad=True (or call .requires_grad_())")  # fmt: skip
+        leaves = backward_targets(self, root, self._names_of)  # PyTorch's rule, or tinygrad 0.14's where nothing asked
         ran: list[UOp] = []
         for (t, _), g in zip(leaves, self._gradients(root, [found for _, found in leaves], gradient, "backward", ran)):
             if g is not None:

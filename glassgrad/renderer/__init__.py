@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glassgrad.dtype import DType
+from glassgrad.dtype import ALL_DTYPES, DType, dtypes
 from glassgrad.uop.ops import UOp
 from glassgrad.uop.rewrite import PatternMatcher
 
@@ -20,6 +20,10 @@ class Renderer:
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
+
+    def supported_dtypes(self) -> set[DType]:
+        """The dtypes its device holds and computes with (tinygrad's `Device[...].renderer.supported_dtypes()`)."""
+        return {d for d in ALL_DTYPES + dtypes.fp8s if self.supports(d)}
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """The global size (by default the outer loop's length; None without one) and the local size (threads that
