@@ -3,8 +3,9 @@
 PyTorch's CPU variance accumulates float32 in float64 (half and bfloat16 in float32) and takes std's root before
 rounding back, so a std whose variance overflows the dtype is finite (of 3e38 in float32, of 60000 in float16); its
 gradient is PyTorch's formula in the dtype, 2 (x - mean) / (N - correction) (std's times g / (2 std)), none through
-the mean, so values with an inf give +-inf gradients, not NaN everywhere. (With N <= correction and no dim given, PyTorch's gradient is g * inf even where x - mean < 0;
-glassgrad's keeps the formula's sign there, as PyTorch's own does with the dims given.)
+the mean, so values with an inf give +-inf gradients, not NaN everywhere. (With N <= correction and no dim given,
+PyTorch's gradient is g * inf even where x - mean < 0; glassgrad's keeps the formula's sign there, as PyTorch's own
+does with the dims given.)
 """
 
 from __future__ import annotations
