@@ -105,8 +105,10 @@ def polynomial(x: Tensor, coefficients: Sequence[float]) -> Tensor:
 
 
 def zero_with_gradient(x: Tensor) -> Tensor:
-    """Zeros shaped like x that x reaches with gradient 0 (as PyTorch gives piecewise-constant functions)."""
-    return x.eq(0).where(x.trunc(), 0)
+    """Zeros (+0.0, also where x is -0.0) shaped like x that x reaches with gradient 0 (as PyTorch gives
+    piecewise-constant functions): trunc(x) - trunc(x) where x is 0, so sign(-0.0) is 0.0 as PyTorch's."""
+    t = x.trunc()
+    return x.eq(0).where(t - t, 0)
 
 
 def _power_of_scalar(x: Tensor, n: Any) -> Tensor:

@@ -165,3 +165,15 @@ FOUND = {
 def test_programs_the_fuzzer_found_match_pytorch(name):
     fn, columns = FOUND[name]
     _compare(fn, columns, 0.8, "float32")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_the_sign_of_minus_zero_is_plus_zero_as_pytorch(dtype):
+    """1 / sign(x) tells the zeros apart: sign(-0.0) is 0.0 in PyTorch (and NumPy), with gradient 0."""
+    values = [-0.0, 0.0, -2.0, 3.0, math.nan, -math.inf]
+    x = Tensor(values, dtype=DTYPES[dtype][0], requires_grad=True)
+    ours = x.sign()
+    (ours * 3).sum().backward()
+    theirs = torch.tensor(values, dtype=DTYPES[dtype][1]).sign()
+    np.testing.assert_array_equal(ours.reciprocal().numpy(), theirs.reciprocal().numpy())
+    assert x.grad.tolist() == [0.0] * len(values)
