@@ -4,6 +4,7 @@ from glassgrad import backends, nn  # noqa: E402  (after Tensor: nn is built on 
 from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_matmul_precision
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
+from glassgrad.function import function
 from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
@@ -17,6 +18,7 @@ __all__ = [
     "TinyJit",
     "backends",
     "dtypes",
+    "function",
     "get_float32_matmul_precision",
     "getenv",
     "nn",

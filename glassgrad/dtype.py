@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from glassgrad.fp8 import E4M3, E5M2
 
 
 @dataclass(frozen=True, eq=True)
@@ -36,6 +40,16 @@ class DType:
         """A pointer to `size` elements of this dtype (the type of a kernel's buffer argument)."""
         return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self, size)
 
+    @property
+    def min(self) -> Any:
+        """The smallest value of this dtype (-inf for floats), as tinygrad's DType.min."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> Any:
+        """The largest value of this dtype (inf for floats), as tinygrad's DType.max."""
+        return dtypes.max(self)
+
 
 @dataclass(frozen=True, eq=True)
 class PtrDType(DType):
@@ -61,15 +75,24 @@ class dtypes:
     uint32: Final = DType(6, 4, "uint", "I")
     int64: Final = DType(7, 8, "long", "q")
     uint64: Final = DType(8, 8, "ulong", "Q")
-    float16: Final = DType(9, 2, "half", "e")
-    bfloat16: Final = DType(10, 2, "bfloat16", None)
-    float32: Final = DType(11, 4, "float", "f")
-    float64: Final = DType(12, 8, "double", "d")
+    fp8e4m3: Final = DType(9, 1, "fp8e4m3", None)  # PyTorch's float8_e4m3fn (glassgrad/fp8.py)
+    fp8e5m2: Final = DType(10, 1, "fp8e5m2", None)  # PyTorch's float8_e5m2
+    float16: Final = DType(11, 2, "half", "e")
+    bfloat16: Final = DType(12, 2, "bfloat16", None)
+    float32: Final = DType(13, 4, "float", "f")
+    float64: Final = DType(14, 8, "double", "d")
 
     # aliases
     char, uchar, short, ushort = int8, uint8, int16, uint16
     int, uint, long, ulong = int32, uint32, int64, uint64
     half, float, double = float16, float32, float64
+    float8_e4m3fn, float8_e5m2 = fp8e4m3, fp8e5m2
+
+    fp8s: tuple[DType, ...] = (fp8e4m3, fp8e5m2)
+    floats: tuple[DType, ...] = (fp8e4m3, fp8e5m2, float16, bfloat16, float32, float64)
+    uints: tuple[DType, ...] = (uint8, uint16, uint32, uint64)
+    sints: tuple[DType, ...] = (int8, int16, int32, int64)
+    ints: tuple[DType, ...] = sints + uints
 
     default_float: DType = float32
     default_int: DType = int32
@@ -116,12 +139,13 @@ class dtypes:
         return 2 ** (8 * dtype.itemsize - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
 
 
+# the dtypes NumPy and PyTorch compute with (fp8 is only stored and cast: PyTorch has no math on it)
 ALL_DTYPES = (
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
     dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
 )  # fmt: skip
-DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES} | {"void": dtypes.void}
-FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+DTYPES_BY_NAME = {d.name: d for d in ALL_DTYPES + dtypes.fp8s} | {"void": dtypes.void}
+FLOATS = dtypes.floats
 UNSIGNED = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64) + UNSIGNED
 
@@ -130,7 +154,8 @@ TORCH_NAMES = {
     "bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
     "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
     "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
-    "float32": dtypes.float32, "float64": dtypes.float64,
+    "float32": dtypes.float32, "float64": dtypes.float64, "float8_e4m3fn": dtypes.fp8e4m3,
+    "float8_e5m2": dtypes.fp8e5m2,
 }  # fmt: skip
 
 
@@ -172,7 +197,16 @@ def promote_types(a: DType, b: DType) -> DType:
         return _promote_ints(a, b)
     if {a, b} == {dtypes.float16, dtypes.bfloat16}:
         return dtypes.float32
+    if {a, b} == set(dtypes.fp8s):  # PyTorch refuses to promote fp8; tinygrad's lattice meets them at half
+        return dtypes.float16
     return max(a, b, key=lambda d: d.itemsize)
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The dtype every one of `ds` promotes to (tinygrad's name; promote_types over all of them)."""
+    if not ds:
+        raise TypeError("least_upper_dtype: needs at least one dtype")
+    return functools.reduce(promote_types, ds)
 
 
 def result_type_with_scalar(tensor_dtype: DType, scalar: Any) -> DType:
@@ -183,7 +217,7 @@ def result_type_with_scalar(tensor_dtype: DType, scalar: Any) -> DType:
     return tensor_dtype
 
 
-def truncate(dtype: DType, value: Any) -> Any:
+def _truncate(dtype: DType, value: Any) -> Any:
     """Round or wrap a Python number to what `dtype` can hold (int overflow wraps, as in C)."""
     if dtype == dtypes.bool:
         return bool(value)
@@ -195,14 +229,22 @@ def truncate(dtype: DType, value: Any) -> Any:
             value -= 1 << bits
         return value
     value = float(value)
-    if dtype == dtypes.float64 or math.isnan(value) or math.isinf(value):
+    if dtype == dtypes.float64 or math.isnan(value) or (math.isinf(value) and dtype not in dtypes.fp8s):
         return value
-    if dtype == dtypes.bfloat16:
-        return bfloat16_to_float(float_to_bfloat16(value))
+    if (bits := STORED_AS_BITS.get(dtype)) is not None:
+        return bits.decode(bits.encode(value))
     try:
         return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, value))[0]
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+class Truncate(dict):
+    """`truncate[dtype](value)` (tinygrad's form: a dict keyed by dtype) or `truncate(dtype, value)`: a Python
+    number rounded or wrapped to what `dtype` holds."""
+
+    def __call__(self, dtype: DType, value: Any) -> Any:
+        return _truncate(dtype, value)
 
 
 def float_to_bfloat16(value: float) -> int:
@@ -217,3 +259,45 @@ def float_to_bfloat16(value: float) -> int:
 
 def bfloat16_to_float(bits: int) -> float:
     return struct.unpack("f", struct.pack("I", (bits & 0xFFFF) << 16))[0]
+
+
+@dataclass(frozen=True)
+class BitFormat:
+    """A float dtype Python's struct cannot pack: stored as raw bits of an unsigned integer, converted in Python."""
+
+    storage: str  # struct format of the bits
+    encode: Callable[[float], int]
+    decode: Callable[[int], float]
+
+
+STORED_AS_BITS: dict[DType, BitFormat] = {
+    dtypes.bfloat16: BitFormat("H", float_to_bfloat16, bfloat16_to_float),
+    dtypes.fp8e4m3: BitFormat("B", E4M3.encode, E4M3.decode),
+    dtypes.fp8e5m2: BitFormat("B", E5M2.encode, E5M2.decode),
+}
+FP8_FORMATS = {dtypes.fp8e4m3: E4M3, dtypes.fp8e5m2: E5M2}
+
+truncate = Truncate({d: functools.partial(_truncate, d) for d in ALL_DTYPES + dtypes.fp8s})
+
+
+def pack_values(values: list[Any], dtype: DType) -> bytes:
+    """Python scalars as the bytes of a `dtype` buffer."""
+    if (bits := STORED_AS_BITS.get(dtype)) is not None:
+        return struct.pack(f"<{len(values)}{bits.storage}", *(bits.encode(float(v)) for v in values))
+    return struct.pack(f"<{len(values)}{dtype.fmt}", *(_truncate(dtype, v) for v in values))
+
+
+def unpack_values(raw: bytes | bytearray, dtype: DType) -> list[Any]:
+    """The Python scalars a `dtype` buffer's bytes hold."""
+    if (bits := STORED_AS_BITS.get(dtype)) is not None:
+        return [bits.decode(v) for v in struct.unpack(f"<{len(raw) // dtype.itemsize}{bits.storage}", raw)]
+    return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
+
+
+def typed_view(raw: bytearray, dtype: DType, shape: tuple[int, ...]) -> memoryview:
+    """The bytes of a `dtype` tensor of `shape` as a memoryview of its elements, as tinygrad's Tensor.data() gives
+    them: its format is the dtype's struct character; float16, bfloat16 and fp8, which a memoryview cannot hold, come
+    as their raw bits ('H' or 'B'). A shape with a 0 in it is an empty 1-D view (a memoryview cannot have one)."""
+    bits = STORED_AS_BITS.get(dtype)
+    fmt = "H" if dtype == dtypes.float16 else bits.storage if bits is not None else dtype.fmt
+    return memoryview(raw).cast(fmt) if 0 in shape else memoryview(raw).cast(fmt, shape)

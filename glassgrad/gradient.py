@@ -80,12 +80,13 @@ def _unpermute(g: Tensor, node: UOp) -> Grads:
 
 
 def _max_grad(g: Tensor, x: Tensor, y: Tensor) -> Grads:
-    """d max(x, y): all to the larger one, half each at a tie, and all to a NaN (as PyTorch's maximum)."""
+    """d max(x, y): all to the larger one, half each at a tie, and all to both where one is NaN (as PyTorch's maximum).
+    Chosen with where, not multiplied by a 0/1 mask: the side not taken gets 0 even where g is inf or NaN."""
 
     def share(a: Tensor, b: Tensor) -> Tensor:
-        return (a < b).where(0.0, a.eq(b).where(0.5, 1.0)).cast(g.dtype)
+        return (a < b).where(0.0, a.eq(b).where(g * 0.5, g))
 
-    return (g * share(x, y), g * share(y, x))
+    return (share(x, y), share(y, x))
 
 
 def _where_grad(g: Tensor, cond: Tensor) -> Grads:
@@ -105,7 +106,8 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.RECIP: lambda g, node, x, out: (-g * out * out,),
     Ops.MAX: lambda g, node, x, y, out: _max_grad(g, x, y),
     Ops.WHERE: lambda g, node, c, x, y, out: _where_grad(g, c),
-    Ops.TRUNC: lambda g, node, x, out: (g * 0,),
+    Ops.TRUNC: lambda g, node, x, out: (g.zeros_like(),),  # 0 even where g is inf or NaN, as PyTorch's floor
+    Ops.MOD: lambda g, node, x, y, out: (g, -g * x.div(y, rounding_mode="trunc")),  # fmod of floats: x - trunc(x/y) y
     Ops.CAST: lambda g, node, x, out: (g.cast(x.dtype),),
     Ops.CHECK: lambda g, node, x, out: (g,),
     Ops.CONTIGUOUS: lambda g, node, x, *unique_and_out: (g, None),
@@ -125,7 +127,7 @@ USES_ONLY_THE_GRADIENT = {Ops.ADD, Ops.NEG, Ops.TRUNC, Ops.CAST, Ops.CONTIGUOUS,
                           Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}  # fmt: skip
 
 # Ops whose output does not change smoothly with their inputs: no gradient flows through them.
-NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.DETACH,
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.DETACH,
                Ops.BITCAST, Ops.ARANGE, Ops.CONST, Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE, Ops.ASSIGN}  # fmt: skip
 
 

@@ -6,8 +6,10 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
+
+from glassgrad.progress import tqdm, trange  # noqa: F401  (tinygrad's import path: glassgrad.helpers.trange)
 
 
 @functools.cache
@@ -49,6 +51,7 @@ BEAM = ContextVar("BEAM", 0)
 TF32 = ContextVar("TF32", 0)  # 1: float32 contractions may run on the tensor cores as TF32 (glassgrad.backends)
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
+TRAINING = ContextVar("TRAINING", 0)  # Tensor.training: dropout drops, batchnorm uses and updates batch statistics
 
 L2_BUDGET = 1 << 20  # bytes of one operand a kernel may keep in cache: half of a 2 MiB L2 (the CPU kernels' tiles, a
 # large matmul's packed panels, a batch summed in parts)
@@ -60,16 +63,22 @@ def getenv(key: str, default: Any = 0) -> Any:
     return default if value is None else type(default)(value)
 
 
-@contextlib.contextmanager
-def Context(**flags: int) -> Iterator[None]:
-    """Temporarily set flags such as DEBUG or NOOPT: `with Context(DEBUG=2): ...`."""
-    old = {key: ContextVar.registry[key].value for key in flags}
-    for key, value in flags.items():
-        ContextVar.registry[key].value = value
-    try:
-        yield
-    finally:
-        for key, value in old.items():
+class Context(contextlib.ContextDecorator):
+    """Set flags such as DEBUG, NOOPT or TRAINING for a block, `with Context(DEBUG=2): ...`, or for every call of a
+    function, `@Context(TRAINING=1)`; the old values come back after it."""
+
+    def __init__(self, **flags: int):
+        if unknown := sorted(set(flags) - set(ContextVar.registry)):
+            raise KeyError(f"Context: unknown flag(s) {unknown}; the flags are {sorted(ContextVar.registry)}")
+        self.flags, self._saved = flags, []  # a stack: a decorated function may call itself
+
+    def __enter__(self) -> None:
+        self._saved.append({key: ContextVar.registry[key].value for key in self.flags})
+        for key, value in self.flags.items():
+            ContextVar.registry[key].value = value
+
+    def __exit__(self, *exc: Any) -> None:
+        for key, value in self._saved.pop().items():
             ContextVar.registry[key].value = value
 
 
@@ -103,3 +112,20 @@ def colored(text: str, color: str | None, bright: bool = False) -> str:
     if color is None or not use_color():
         return text
     return f"\u001b[{COLORS[color] + 60 * bright}m{text}\u001b[0m"
+
+
+class TrainingSwitch(type):
+    """The metaclass part of Tensor.training: reading or setting it on the class reads or sets the TRAINING flag, so
+    `Tensor.train()`, `Tensor.training = True` and `Context(TRAINING=1)` are one switch."""
+
+    @property
+    def training(cls) -> bool:
+        return bool(TRAINING)
+
+    @training.setter
+    def training(cls, value: bool) -> None:
+        TRAINING.value = int(bool(value))
+
+
+# Tensor.training as an instance reads it: the same flag
+training_flag = property(lambda self: bool(TRAINING), doc="Whether dropout and batchnorm train (the TRAINING flag).")

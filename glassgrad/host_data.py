@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from glassgrad.dtype import (
     DType,
-    bfloat16_to_float,
     dtypes,
-    float_to_bfloat16,
     to_dtype,
-    truncate,
 )
 from glassgrad.engine.realize import buffer_of
 from glassgrad.helpers import prod
@@ -34,19 +30,6 @@ def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[in
         if s != shape:
             raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
     return [v for values, _ in parts for v in values], (len(data), *shape)
-
-
-def _pack(values: list[Any], dtype: DType) -> bytes:
-    """Python scalars as the bytes of a `dtype` buffer."""
-    if dtype == dtypes.bfloat16:
-        return struct.pack(f"<{len(values)}H", *(float_to_bfloat16(float(v)) for v in values))
-    return struct.pack(f"<{len(values)}{dtype.fmt}", *(truncate(dtype, v) for v in values))
-
-
-def _unpack(raw: bytes | bytearray, dtype: DType) -> list[Any]:
-    if dtype == dtypes.bfloat16:
-        return [bfloat16_to_float(v) for v in struct.unpack(f"<{len(raw) // 2}H", raw)]
-    return list(struct.unpack(f"<{len(raw) // dtype.itemsize}{dtype.fmt}", raw))
 
 
 def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:

@@ -7,30 +7,34 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.backward_targets import unasked_flag
 from glassgrad.dtype import (
+    STORED_AS_BITS,
     DType,
     dtypes,
+    pack_values,
     to_dtype,
     truncate,
+    typed_view,
+    unpack_values,
 )
 from glassgrad.engine.lazy import current, kernelize_tensors, realize_tensors, register, replaced
 from glassgrad.engine.realize import buffer_of
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
-from glassgrad.helpers import prod
+from glassgrad.helpers import TrainingSwitch, prod, training_flag
 from glassgrad.host_data import (
     _device_node,
     _flatten_nested,
     _infer_dtype,
     _nest,
     _numpy_dtype,
-    _pack,
-    _unpack,
     _uop_from_bytes,
     _uop_from_numpy,
 )
 from glassgrad.mixin import (
     AttentionMixin,
     AutogradMixin,
+    CompositionMixin,
     ConvMixin,
     ElementwiseMixin,
     GatherMixin,
@@ -88,7 +92,7 @@ class _TrainingMode:
         Tensor.training = self.previous
 
 
-class _TensorType(type):
+class _TensorType(TrainingSwitch):
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "no_grad" and not isinstance(value, _GradSwitch):  # `Tensor.no_grad = True` flips the switch
             cls.__dict__["no_grad"].enabled = bool(value)
@@ -98,10 +102,10 @@ class _TensorType(type):
 
 class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMixin, IndexMixin, GatherMixin,
              JoinMixin, LinalgMixin, ConvMixin, PoolMixin, NormMixin, AttentionMixin, LossMixin, RandomMixin,
-             metaclass=_TensorType):  # fmt: skip
+             CompositionMixin, metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
-    training: bool = False
+    training = training_flag  # the TRAINING flag (helpers.py): Context(TRAINING=1) is Tensor.train()
     no_grad = _GradSwitch()
     _seed: int = int(time.time())
     _rng_states: dict[str, Tensor] = {}  # the random generator state per device (see RandomMixin)
@@ -118,7 +122,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         elif isinstance(data, (list, tuple)):
             values, shape = _flatten_nested(data)
             dtype = dtype or _infer_dtype(values)
-            uop = _uop_from_bytes(_pack(values, dtype), dtype, shape, device)
+            uop = _uop_from_bytes(pack_values(values, dtype), dtype, shape, device)
         elif isinstance(data, (bytes, bytearray)):
             uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
         elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
@@ -248,6 +252,8 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return self
 
     def _host_bytes(self) -> bytearray:
+        if _holds_bytes_only(self.device) and not self._is_contiguous_buffer():  # a part of a file: DISK computes
+            return self.to("CPU")._host_bytes()  # nothing
         t = self if self._is_contiguous_buffer() else self.contiguous()
         t.realize()
         return buffer_of(t.uop.base).as_bytes()
@@ -267,26 +273,26 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return node.op is Ops.BUFFER or chain_view(u).contiguous
 
     def data(self) -> memoryview:
-        """The raw bytes of this tensor, in row-major order."""
-        return memoryview(self._host_bytes())
+        """The elements as a typed memoryview of this shape, in row-major order (tinygrad's; dtype.typed_view)."""
+        return typed_view(self._host_bytes(), self.dtype, self.shape)
 
     def numpy(self):
-        """The values as a NumPy array (bfloat16 comes back as float32)."""
+        """The values as a NumPy array (bfloat16 and fp8 come back as float32)."""
         import numpy as np
 
-        if self.dtype == dtypes.bfloat16:
+        if self.dtype in STORED_AS_BITS:
             return self.cast(dtypes.float32).numpy()
         return np.frombuffer(self._host_bytes(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape).copy()
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists, or a scalar for a 0-d tensor."""
-        return _nest(_unpack(self._host_bytes(), self.dtype), self.shape)
+        return _nest(unpack_values(self._host_bytes(), self.dtype), self.shape)
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
-        return _unpack(self._host_bytes(), self.dtype)[0]
+        return unpack_values(self._host_bytes(), self.dtype)[0]
 
     def to(self, device: str) -> Tensor:
         """This tensor on another device (a COPY, run when realized)."""
@@ -415,11 +421,16 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
         grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
-        out._start(uop, True if grad else None, is_leaf=not grad)
+        out._start(uop, True if grad else unasked_flag(parents), is_leaf=not grad)
         return out
 
 
 # ---- helpers for the class above ----
+
+
+def _holds_bytes_only(device: Any) -> bool:
+    """Whether the device is storage that runs no kernels (DISK: a file), as its renderer says."""
+    return isinstance(device, str) and not Device[device].renderer.runs_kernels
 
 
 def _reads_through_other_view(value: UOp, target: UOp) -> bool:

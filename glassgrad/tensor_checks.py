@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
-from glassgrad.uop.check import Check, DivisionByZeroError
+from glassgrad.helpers import prod
+from glassgrad.uop.check import Check, DivisionByZeroError, IndexOutOfBoundsError
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -23,10 +24,20 @@ def out_of_bounds(op: str, dim: int, size: int) -> str:
 
 
 def checked_index(index: Tensor, size: int, message: str, *, negative: bool = False,
-                  allowed: int | None = None) -> Tensor:  # fmt: skip
+                  allowed: int | None = None, broadcast_shape: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
     """`index`, which must lie in [0, size) (with `negative`, in [-size, size)) or equal `allowed`; `message` is the
-    error's text, with {value} for the bad index."""
+    error's text, with {value} for the bad index; `broadcast_shape`: the shape it is broadcast to, if not its own."""
+    if allowed is None:
+        no_index_into_nothing(index, size, message, broadcast_shape or index.shape)
     return _checked(index, Check(message, index.dtype, -size if negative else 0, size, allowed))
+
+
+def no_index_into_nothing(index: Tensor, size: int, message: str, shape: tuple[int, ...]) -> None:
+    """Every index into a dimension of size 0 is out of bounds, and no kernel would test one (the one-hot sum over no
+    elements is 0): raise now, naming the first, where the index broadcast to `shape` holds any. PyTorch's advanced
+    indexing raises so whatever the other dimensions select (torch.zeros(0, 0)[:, [1]]); with no index, nothing."""
+    if size == 0 and prod(shape) and index.numel():
+        raise IndexOutOfBoundsError(message.format(value=index.flatten()[0].item()))
 
 
 def nonzero_divisor(divisor: Tensor, op: str) -> Tensor:

@@ -1,8 +1,9 @@
-"""Elementwise math composed from the primitive ops, where it takes more than a line: integer division, and pow with
-PyTorch's semantics (and the small helpers the math and random mixins share).
+"""Elementwise math composed from the primitive ops, where it takes more than a line: integer and float division with
+rounding, and pow with PyTorch's semantics (and the small helpers the math and random mixins share).
 
 Values follow C's pow (0 ** 0 = 1, negative bases with whole exponents, the special cases of inf, NaN and -0), and
-gradients are PyTorch's formulas (custom_gradient), including at the edges: d/dx x**y at a base of 0 is 0 for
+gradients are PyTorch's formulas (custom_gradient; of float16 and bfloat16 tensors computed in the dtype, as
+PyTorch's), including at the edges: d/dx x**y at a base of 0 is 0 for
 y > 1, 1 for y = 1, +inf for 0 < y < 1 and -inf for y < 0; d/dy is NaN for a negative base, as in PyTorch.
 Whole scalar exponents are products, whose derived gradients are the same formulas.
 """
@@ -35,6 +36,47 @@ def int_quotient(x: Tensor, y: Tensor, rounding_mode: str, op: str) -> Tensor:
     return inexact.where(q - 1, q)
 
 
+def float_floor_quotient(x: Tensor, y: Tensor, op: str = "floordiv") -> Tensor:
+    """x // y of floats as PyTorch computes it: from the exact remainder fmod(x, y), so a quotient within a rounding
+    of a whole number still floors right; x / y where y is 0, NaN for an infinite x, -1 or 0 for a finite x over
+    +-inf. float16 and bfloat16 round each step to their dtype, as PyTorch's. Its gradient is 0, as PyTorch's div
+    with a rounding mode."""
+    _refuse_bool(x, op)
+    remainder = x._alu(Ops.MOD, y)
+    quotient = _divided(x - remainder, y)  # a whole number but for rounding
+    quotient = _wrong_sign(remainder, y).where(quotient - 1, quotient)
+    nearest = quotient.floor()
+    nearest = (quotient - nearest > 0.5).where(nearest + 1, nearest)
+    result = quotient.ne(0).where(nearest, (x / y) * 0)  # a zero with the quotient's sign
+    return custom_gradient(y.eq(0).where(x / y, result), (x, y), lambda g, x, y: (x.zeros_like(), y.zeros_like()))
+
+
+def float_remainder(x: Tensor, y: Tensor) -> Tensor:
+    """x % y of floats with the sign of y, as Python and torch.remainder: fmod(x, y), plus y where their signs
+    differ (2.0 % -inf is -inf); NaN for an infinite x or a zero y. Gradients as PyTorch's: g, -g * (x // y)."""
+    _refuse_bool(x, "mod")
+    fmod = x._alu(Ops.MOD, y)  # exact in every dtype: one rounding at most, of fmod + y
+    result = _wrong_sign(fmod, y).where(fmod + y, fmod)
+    return custom_gradient(result, (x, y), lambda g, x, y: (g, -g * float_floor_quotient(x, y)))
+
+
+def _divided(x: Tensor, y: Tensor) -> Tensor:
+    """x / y rounded once to the dtype (float16 and bfloat16 through float32, not through their own 1 / y)."""
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16):
+        return x / y
+    return (x.cast(dtypes.float32) / y.cast(dtypes.float32)).cast(x.dtype)
+
+
+def _refuse_bool(x: Tensor, op: str) -> None:
+    if x.dtype == dtypes.bool:
+        raise TypeError(f"{op}: bool tensors cannot be divided (as in PyTorch); cast to an int or float dtype first")
+
+
+def _wrong_sign(remainder: Tensor, y: Tensor) -> Tensor:
+    """Where C's remainder (the sign of x) is not the floored one (the sign of y)."""
+    return remainder.ne(0) & ((y < 0) ^ (remainder < 0))
+
+
 def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
     """x ** exponent, or exponent ** x when reverse."""
     if not reverse and not isinstance(exponent, type(x)):
@@ -44,8 +86,11 @@ def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
         raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
     if dtypes.is_int(base.dtype):
         return _integer_power(base, exp)
-    if base.dtype in (dtypes.float16, dtypes.bfloat16):  # compute in float32, round once, as PyTorch
-        return _float_power(base.cast(dtypes.float32), exp.cast(dtypes.float32)).cast(base.dtype)
+    if base.dtype in (dtypes.float16, dtypes.bfloat16):
+        # the value in float32, rounded once, as PyTorch; the gradient PyTorch's formulas in the dtype, each step
+        # rounded as its are: (-2.66) ** 60000 in float16 has the gradient of ** 60000 (59999 rounds to it), +inf
+        value = _float_power(base.cast(dtypes.float32), exp.cast(dtypes.float32)).cast(base.dtype)
+        return custom_gradient(value, (base, exp), _power_gradients)
     return _float_power(base, exp)
 
 
@@ -58,8 +103,10 @@ def polynomial(x: Tensor, coefficients: Sequence[float]) -> Tensor:
 
 
 def zero_with_gradient(x: Tensor) -> Tensor:
-    """Zeros shaped like x that x reaches with gradient 0 (as PyTorch gives piecewise-constant functions)."""
-    return x.eq(0).where(x.trunc(), 0)
+    """Zeros (+0.0, also where x is -0.0) shaped like x that x reaches with gradient 0 (as PyTorch gives
+    piecewise-constant functions): trunc(x) - trunc(x) where x is 0, so sign(-0.0) is 0.0 as PyTorch's."""
+    t = x.trunc()
+    return x.eq(0).where(t - t, 0)
 
 
 def _power_of_scalar(x: Tensor, n: Any) -> Tensor:
@@ -139,6 +186,6 @@ def _power_gradients(g: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """PyTorch's gradients of x ** y: y * x ** (y - 1) in x (0 where y = 0), x ** y * log(x) in y (0 where x = 0 and
     y >= 0). The formulas themselves, not the chain rule through exp2 and log2, whose 0 * inf at the edges (a base
     of 0 or +-inf, an exponent of +-inf) would be NaN."""
-    dx = y.eq(0).where(0.0, g * y * power(x, y - 1))
-    dy = (x.eq(0) & (y >= 0)).where(0.0, g * _float_power(x, y) * x.log())
+    dx = y.eq(0).where(0.0, g * (y * power(x, y - 1)))
+    dy = (x.eq(0) & (y >= 0)).where(0.0, g * (power(x, y) * x.log()))
     return dx, dy

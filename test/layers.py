@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 # bottom first; a pattern names modules relative to the package ("uop.*": every module in uop/)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("helpers", "dtype", "disk_cache", "shape"),  # the standard library only
+    "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress"),  # the standard library only
     "ir": ("uop", "uop.*"),  # UOp, Ops, rewriting, symbolic math, views: no device, no Tensor
     "viz": ("viz", "viz.*"),  # records rewrites and kernels (VIZ=1), serves the page
     "renderer": ("renderer", "renderer.*"),  # the dialects: a linear program -> source text
@@ -31,9 +31,31 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "schedule": ("schedule", "schedule.*"),  # graph -> kernels; asks a Renderer what layouts pay
     "runtime": ("runtime", "runtime.*"),  # devices: memory, compilers, programs
     "engine": ("engine", "engine.*"),  # realize: schedule, compile, run
-    "tensor": ("tensor", "tensor_*", "gradient", "host_data", "mixin", "mixin.*"),  # the Tensor API
+    # the Tensor API
+    "tensor": (
+        "tensor",
+        "tensor_*",
+        "gradient",
+        "gradient_formulas",
+        "backward_targets",
+        "host_data",
+        "mixin",
+        "mixin.*",
+    ),
     # built on Tensor; backends/: PyTorch's switches (TF32), the user's to set
-    "frontend": ("", "engine.jit", "nn", "nn.*", "onnx", "onnx.*", "models", "models.*", "backends", "backends.*"),
+    "frontend": (
+        "",
+        "function",
+        "engine.jit",
+        "nn",
+        "nn.*",
+        "onnx",
+        "onnx.*",
+        "models",
+        "models.*",
+        "backends",
+        "backends.*",
+    ),
 }
 
 MAY_IMPORT: dict[str, tuple[str, ...]] = {

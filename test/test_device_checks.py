@@ -118,6 +118,42 @@ def test_setitem_with_an_index_out_of_range_raises_like_torch(device):
     raises_like(torch_write, ours, r"index: index 5 is out of bounds for dimension 0 with size 3")
 
 
+# an index into a dimension of size 0: PyTorch raises wherever the broadcast indices hold any, whatever the other
+# dimensions select; with none, nothing (no kernel would see the index: raised when the index is given)
+INTO_NOTHING = {  # name: (function of (module, index maker), message or None where it selects nothing)
+    "getitem": (lambda T, i: T.zeros(0)[i([1])], r"index: index 1 is out of bounds for dimension 0 with size 0"),
+    "other dims select nothing": (lambda T, i: T.zeros(0, 0)[:, i([1])], r"index 1 is out of bounds for dimension 1"),
+    "an empty slice after it": (lambda T, i: T.zeros(0, 2)[i([0]), :0], r"index 0 is out of bounds for dimension 0"),
+    "gather": (lambda T, i: T.zeros(2, 0).gather(1, i([[0], [0]])), r"gather: index 0 is out of bounds for dim"),
+    "no index": (lambda T, i: T.zeros(0)[i([])], None),
+    "broadcast to no index": (lambda T, i: T.zeros(0, 2)[i([1]), i([])], None),
+    "a gather of nothing": (lambda T, i: T.zeros(0, 2).gather(0, i([[]])), None),
+    "out of range where nothing is read": (lambda T, i: T.zeros(0, 3)[:, i([5])], None),
+}
+
+
+@pytest.mark.parametrize("case", INTO_NOTHING)
+def test_an_index_into_a_size_0_dimension_raises_like_torch(device, case):
+    fn, message = INTO_NOTHING[case]
+    torch_fn, ours_fn = lambda: fn(torch, torch_ints), lambda: fn(Tensor, ints).numpy()
+    if message is not None:
+        raises_like(torch_fn, ours_fn, message)
+    else:
+        np.testing.assert_array_equal(ours_fn(), torch_fn().numpy())
+
+
+def test_setitem_into_a_size_0_dimension_raises_like_torch(device):
+    def torch_write():
+        torch.zeros(3, 0)[torch_ints([1, 2]), torch_ints([[0], [0]])] = 1.0
+
+    def ours():
+        y = Tensor.zeros(3, 0).contiguous()
+        y[ints([1, 2]), ints([[0], [0]])] = 1.0
+        y.tolist()
+
+    raises_like(torch_write, ours, r"index: index 0 is out of bounds for dimension 1 with size 0")
+
+
 @pytest.mark.parametrize("bad", [3, -1])
 def test_embedding_ids_outside_the_table_raise_like_torch(device, bad):
     torch_table, table = torch.nn.Embedding(3, 2), nn.Embedding(3, 2)

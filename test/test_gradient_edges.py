@@ -114,6 +114,29 @@ def test_tensor_to_a_tensor_power_at_the_edges_matches_pytorch_in_both_gradients
     _compare("x ** y", lambda x, y: x**y, [[b for b, _ in pairs], [p for _, p in pairs]], dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_power_gradients_round_each_step_as_pytorch(dtype):
+    """PyTorch's formula y * x ** (y - 1) runs in the dtype: 60000 - 1 rounds to 60000 in float16, so the gradient
+    of a negative base is +inf (times g), not -inf; 3 * 40000 overflows before g scales it."""
+    ours_dtype, torch_dtype = {
+        "float16": (dtypes.float16, torch.float16),
+        "bfloat16": (dtypes.bfloat16, torch.bfloat16),
+    }[dtype]
+    bases, powers = [-2.66, 2.05, 0.5, 40000.0, -3.0, 0.0], [60000.0, 60000.0, 3.0, 3.0, 2.5, -1.5]
+    x, y = Tensor(bases, dtype=ours_dtype, requires_grad=True), Tensor(powers, dtype=ours_dtype, requires_grad=True)
+    tx, ty = (
+        torch.tensor(bases, dtype=torch_dtype, requires_grad=True),
+        torch.tensor(powers, dtype=torch_dtype, requires_grad=True),
+    )
+    w = [-0.4, 0.7, -0.5, 1e-3, 0.3, 0.2]
+    (x**y * Tensor(w, dtype=ours_dtype)).sum().backward()
+    (tx**ty * torch.tensor(w, dtype=torch_dtype)).sum().backward()
+    inputs = list(zip(bases, powers))
+    _assert_same("x ** y", "value", (x**y).float().numpy(), (tx**ty).detach().float().numpy(), inputs, 0)
+    _assert_same("x ** y", "gradient in x", x.grad.float().numpy(), tx.grad.float().numpy(), inputs, 0)
+    _assert_same("x ** y", "gradient in y", y.grad.float().numpy(), ty.grad.float().numpy(), inputs, 0)
+
+
 @pytest.mark.parametrize("shape", [(0,), (1,), (3, 5), (2, 1, 4)])
 def test_power_gradients_broadcast_and_match_pytorch_on_random_values(shape):
     rng = np.random.default_rng(0)

@@ -137,6 +137,21 @@ def test_parameters_of_equal_shape_keep_separate_optimizer_state(name):
     np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_a_0d_parameter_made_from_a_number_trains_as_in_pytorch(name):
+    """Tensor(2.0) is a 0-d constant until it requires grad (then a node of its own); its update keeps shape ()."""
+    kwargs = dict(lr=0.1, momentum=0.9) if name == "SGD" else dict(lr=0.1)
+    w, tw = Tensor(2.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    ours, theirs = getattr(nn.optim, name)([w], **kwargs), getattr(torch.optim, name)([tw], **kwargs)
+    for _ in range(3):
+        for optimizer, loss in ((ours, (w * 2.0 + 2.0) ** 2), (theirs, (tw * 2.0 + 2.0) ** 2)):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert w.shape == ()
+    np.testing.assert_allclose(w.item(), tw.item(), rtol=1e-5)
+
+
 # ---- LAMB and LARS: references written in torch ops ----
 
 

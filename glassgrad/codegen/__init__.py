@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from glassgrad.codegen.checks import checks_of, passed_checks, record_failures
+from glassgrad.codegen.checks import checks_of, keep_dropped_checks, passed_checks, record_failures
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
@@ -57,7 +57,8 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
         where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
         raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {where}")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
-    sink = graph_rewrite(lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers + passed_checks)
+    lowered, simplify = lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers + passed_checks
+    sink = keep_dropped_checks(lowered, graph_rewrite(lowered, simplify), simplify)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
     return record_failures(vectorize(sink))

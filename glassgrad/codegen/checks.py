@@ -10,6 +10,10 @@ with those stores beside it, inside the loops that compute it.
 
 from __future__ import annotations
 
+from collections import Counter
+
+from glassgrad.codegen.linearize import range_deps
+from glassgrad.codegen.vectorize import is_lane
 from glassgrad.dtype import dtypes
 from glassgrad.uop.check import Check, bits_of, records_failure
 from glassgrad.uop.ops import Ops, UOp
@@ -50,6 +54,40 @@ failure_stores = PatternMatcher([
     (UPat(Ops.CHECK, src=(UPat.var("x"), UPat.var("ok")), name="check"),
      lambda ctx, check, x, ok: _with_failure_stores(ctx, check, x, ok)),
 ])  # fmt: skip
+
+
+def keep_dropped_checks(lowered: UOp, simplified: UOp, simplify: PatternMatcher) -> UOp:
+    """`simplified`, the SINK that `simplify` made of `lowered`, with every check it dropped that may still fail.
+    Algebra drops a value nothing needs (x // y * 0 is 0, x[i] % 1 is 0), its checks with it; PyTorch tests every
+    divisor and index it is given. Each such check becomes a source of the SINK of its own (per vector lane), in a
+    REDUCE over the loops it is inside that no store is, so the linearizer opens them; an unused value, so only its
+    stores remain."""
+    before = [u for u in lowered.toposort() if u.op is Ops.CHECK]
+    if not before:
+        return simplified
+    after = {u for u in simplified.toposort() if u.op is Ops.CHECK}
+    if not Counter(u.arg for u in before) - Counter(u.arg for u in after):
+        return simplified  # as many of each check as before: none dropped (checks are rare; most kernels stop here)
+    alone = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(before)), simplify).src
+    dropped = [c for c in dict.fromkeys(alone) if c.op is Ops.CHECK and c not in after]
+    if not dropped:
+        return simplified
+    dropped = [lane_check for c in dropped for lane_check in _per_lane(c, simplify)]
+    deps, outer = range_deps(UOp(Ops.SINK, dtypes.void, tuple(dropped))), range_deps(simplified)[simplified]
+    kept = []
+    for check in dropped:
+        inner = sorted(deps[check] - outer, key=lambda r: r.arg)
+        kept.append(UOp(Ops.REDUCE, check.dtype, (check, *inner), Ops.ADD) if inner else check)
+    return simplified.replace(src=simplified.src + tuple(kept))
+
+
+def _per_lane(check: UOp, simplify: PatternMatcher) -> list[UOp]:
+    """A check that depends on a vector lane variable, once per lane (a SINK's own sources are scalar)."""
+    lane = next((u for u in check.toposort() if is_lane(u)), None)
+    if lane is None:
+        return [check]
+    lanes = [graph_rewrite(check.substitute({lane: lane.const_like(i)}), simplify) for i in range(lane.arg[1])]
+    return [c for c in lanes if c.op is Ops.CHECK]
 
 
 def record_failures(sink: UOp) -> UOp:

@@ -26,6 +26,10 @@ from glassgrad.uop.ops import UOp
 R = TypeVar("R")
 
 
+class JitError(TypeError):
+    """A replay called with arguments unlike the capture's: tinygrad's name (engine.jit.JitError), a TypeError."""
+
+
 def _signature(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """What a call's arguments look like: for a tensor its shape, dtype and device; for anything else its value."""
     named = [(i, _kind(a)) for i, a in enumerate(args)]  # names are spelled out only for an error (_arg_name)
@@ -219,13 +223,13 @@ class TinyJit(Generic[R]):
             pass
         if [k for k, _ in now] != [k for k, _ in self.signature]:
             before, after = [_arg_name(k) for k, _ in self.signature], [_arg_name(k) for k, _ in now]
-            raise TypeError(f"TinyJit: {self._name()} was captured with arguments {before} and is now called "
-                            f"with {after}")  # fmt: skip
+            raise JitError(f"TinyJit: {self._name()} was captured with arguments {before} and is now called "
+                           f"with {after}")  # fmt: skip
         for (key, kind), (_, captured) in zip(now, self.signature):
             if not _same_kind(kind, captured):
                 hint = "; pass values that change as Tensors" if "value" in (kind[0], captured[0]) else ""
-                raise TypeError(f"TinyJit: {_arg_name(key)} of {self._name()} was {_describe(captured)} when captured "
-                                f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
+                raise JitError(f"TinyJit: {_arg_name(key)} of {self._name()} was {_describe(captured)} when captured "
+                               f"and is now {_describe(kind)}{hint} (call .reset() to capture again)")  # fmt: skip
 
     def _check_same_call(self, args: tuple, kwargs: dict, buffers: list[Buffer]) -> None:
         self._check_signature(_signature(args, kwargs))
@@ -233,9 +237,9 @@ class TinyJit(Generic[R]):
             name = self._name()
             i = next(i for i, (a, b) in enumerate(zip(self.sharing, sharing)) if a != b)
             owner = lambda s: "its own buffer" if s == i else f"the buffer of tensor input {s}"
-            raise TypeError(f"TinyJit: tensor input {i} of {name} had {owner(self.sharing[i])} when captured and "
-                            f"now has {owner(sharing[i])}; the kernels were captured for the first "
-                            f"(call .reset() to capture again)")  # fmt: skip
+            raise JitError(f"TinyJit: tensor input {i} of {name} had {owner(self.sharing[i])} when captured and "
+                           f"now has {owner(sharing[i])}; the kernels were captured for the first "
+                           f"(call .reset() to capture again)")  # fmt: skip
 
 
 def _plan_replay_memory(items: list[ExecItem]) -> int:

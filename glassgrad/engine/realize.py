@@ -119,12 +119,16 @@ def _program_spec(device: str, ast: UOp) -> ProgramSpec:
 
 
 class CopyRunner:
-    """Moves a buffer's bytes to a buffer on another device (directly where the devices can, else via the host)."""
+    """Moves a buffer's bytes to a buffer on another device (directly where the devices can, else via the host);
+    from `start` bytes into the source where that is a part of a file (DISK)."""
+
+    def __init__(self, start: int = 0):
+        self.start = start
 
     def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
         dst, src = bufs
         start = time.perf_counter()
-        dst.copy_from(src)
+        dst.copy_from(src, self.start)
         copy_ran(dst.nbytes, src.device, dst.device, time.perf_counter() - start)
         return None
 
@@ -152,7 +156,7 @@ def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
     if item.ast.op is Ops.COPY:
-        return ExecItem(CopyRunner(), bufs)
+        return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
     kernel = get_kernel(bufs[0].device, item.ast)
     return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs)
 

@@ -8,6 +8,7 @@ for a tensor with `isinstance(x, <its own mixin>)`, since Tensor is the one clas
 
 from glassgrad.mixin.attention import AttentionMixin
 from glassgrad.mixin.autograd import AutogradMixin
+from glassgrad.mixin.composition import CompositionMixin
 from glassgrad.mixin.conv import ConvMixin
 from glassgrad.mixin.elementwise import ElementwiseMixin
 from glassgrad.mixin.gather import GatherMixin
@@ -22,6 +23,6 @@ from glassgrad.mixin.pool import PoolMixin
 from glassgrad.mixin.random import RandomMixin
 from glassgrad.mixin.reduce import ReduceMixin
 
-__all__ = ["AttentionMixin", "AutogradMixin", "ConvMixin", "ElementwiseMixin", "GatherMixin", "IndexMixin",
-           "JoinMixin", "LinalgMixin", "LossMixin", "MathMixin", "MovementMixin", "NormMixin", "PoolMixin",
-           "RandomMixin", "ReduceMixin"]  # fmt: skip
+__all__ = ["AttentionMixin", "AutogradMixin", "CompositionMixin", "ConvMixin", "ElementwiseMixin", "GatherMixin",
+           "IndexMixin", "JoinMixin", "LinalgMixin", "LossMixin", "MathMixin", "MovementMixin", "NormMixin",
+           "PoolMixin", "RandomMixin", "ReduceMixin"]  # fmt: skip

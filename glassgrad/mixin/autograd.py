@@ -12,10 +12,11 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from glassgrad.backward_targets import backward_targets
 from glassgrad.dtype import dtypes
 from glassgrad.engine.lazy import current, current_map, live_tensors
 from glassgrad.gradient import compute_gradient, keeps_forward_values, substitute_keeping_rules
-from glassgrad.uop.ops import UOp
+from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -58,6 +59,10 @@ class AutogradMixin:
         if value and not dtypes.is_float(self.dtype):
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}; "
                                "cast to a float dtype first")  # fmt: skip
+        if value and self._is_leaf and not _owns_its_node(self.uop):
+            # gradients find a tensor by its node: an interned one (the constant 2.0, a view of another tensor) would
+            # collect the gradient of every other use of that node, so the leaf gets a node of its own
+            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique()))
         self._requires_grad = value
 
     def _autograd_root(self: Tensor) -> UOp:
@@ -83,7 +88,8 @@ class AutogradMixin:
         return [g if g is not None else t.zeros_like() for t, g in zip(targets, grads)]
 
     def backward(self: Tensor, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph.
+        """Accumulate d(self)/d(leaf) into .grad of every leaf tensor with requires_grad=True in the graph (where none
+        has, of every float tensor that did not say requires_grad=False, as tinygrad: backward_targets.py).
         As in PyTorch, the graph is let go afterwards (so realizing this tensor frees what the forward pass kept)
         unless retain_graph=True; a second backward() through it then raises."""
         if self._graph_freed:
@@ -91,11 +97,7 @@ class AutogradMixin:
                                "let go of the values it kept; pass retain_graph=True to the first backward() to call "
                                "it again")  # fmt: skip
         root = self._autograd_root()
-        candidates = [t for t in live_tensors() if t._requires_grad and t._is_leaf]
-        leaves = [(t, found) for t, found in zip(candidates, self._names_of(root, candidates)) if found]
-        if not leaves:
-            raise RuntimeError("backward: no tensor in this graph requires grad; create the inputs with "
-                               "requires_grad=True (or call .requires_grad_())")  # fmt: skip
+        leaves = backward_targets(self, root, self._names_of)  # PyTorch's rule, or tinygrad 0.14's where nothing asked
         ran: list[UOp] = []
         for (t, _), g in zip(leaves, self._gradients(root, [found for _, found in leaves], gradient, "backward", ran)):
             if g is not None:
@@ -134,3 +136,13 @@ class AutogradMixin:
         if gradient.shape != self.shape:
             raise ValueError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
         return gradient.cast(self.dtype)
+
+
+def _owns_its_node(node: UOp) -> bool:
+    """Whether no other tensor can be built as this node: a buffer of its own (data taken from the host, an assign's
+    target, a contiguous copy), maybe reshaped; not a constant, a computed value or a view of another tensor."""
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    if node.op in (Ops.CAST, Ops.COPY):  # data from the host: its PYTHON buffer, copied and converted
+        node = node.src[0]
+    return node.op in (Ops.BUFFER, Ops.ASSIGN, Ops.CONTIGUOUS)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
 from glassgrad.runtime.device import Device
-from glassgrad.tensor_math import int_quotient
+from glassgrad.tensor_math import float_floor_quotient, float_remainder, int_quotient
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -126,8 +126,9 @@ class ElementwiseMixin:
             return x._alu(Ops.MUL, y._alu(Ops.RECIP))
         if dtypes.is_int(x.dtype):
             return int_quotient(x, y, rounding_mode, "div")
-        quotient = x._alu(Ops.MUL, y._alu(Ops.RECIP))
-        return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+        if rounding_mode == "floor":
+            return float_floor_quotient(x, y, "div")
+        return x._alu(Ops.MUL, y._alu(Ops.RECIP)).trunc()
 
     def idiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Integer division truncating toward zero (C semantics)."""
@@ -137,13 +138,14 @@ class ElementwiseMixin:
     def floordiv(self, other: Any, reverse: bool = False) -> Tensor:
         """Elementwise division rounded down (Python's //)."""
         x, y = self._binary_operands(other, "floordiv", reverse)
-        return int_quotient(x, y, "floor", "floordiv") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
+        return int_quotient(x, y, "floor", "floordiv") if dtypes.is_int(x.dtype) else float_floor_quotient(x, y)
 
     def mod(self, other: Any, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, as Python's % and torch.remainder."""
         x, y = self._binary_operands(other, "mod", reverse)
-        q = int_quotient(x, y, "floor", "mod") if dtypes.is_int(x.dtype) else x.div(y, rounding_mode="floor")
-        return x - q * y
+        if not dtypes.is_int(x.dtype):
+            return float_remainder(x, y)
+        return x - int_quotient(x, y, "floor", "mod") * y
 
     def neg(self) -> Tensor:
         """Elementwise negation (logical not for bool)."""

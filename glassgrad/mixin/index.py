@@ -227,7 +227,9 @@ class _AdvancedIndex:
         self.total = prod(self.sizes)
         flat, inside = None, None
         for (position, idx), size in zip(advanced, self.sizes, strict=True):
-            idx = checked_index(idx, size, out_of_bounds("index", position, size), negative=True)
+            idx = checked_index(
+                idx, size, out_of_bounds("index", position, size), negative=True, broadcast_shape=self.index_shape
+            )
             idx = idx.expand(self.index_shape)
             idx = (idx < 0).where(idx + size, idx)  # negative positions count from the end, as in PyTorch
             fits = (idx >= 0) & (idx < size)

@@ -18,8 +18,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from glassgrad import gradient_formulas as formula
 from glassgrad.dtype import dtypes
-from glassgrad.gradient import custom_gradient
+from glassgrad.gradient_formulas import with_gradient
 from glassgrad.tensor_math import polynomial, power, zero_with_gradient
 from glassgrad.uop.ops import Ops
 
@@ -93,13 +94,6 @@ def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
     return negative.where(-y, y)
 
 
-def _with_derivative(out: Tensor, x: Tensor, derivative: Callable[[Tensor], Tensor]) -> Tensor:
-    """`out`, whose gradient in x is g * derivative(x): PyTorch's formula for an inverse function, +-inf at the
-    edges of its domain (and finite outside, where the value is NaN) where the chain rule through the composition
-    meets 0 * inf."""
-    return custom_gradient(out, (x,), lambda g, x: (g * derivative(x),))
-
-
 def _log1p(y: Tensor) -> Tensor:
     """log(1 + y), accurate for small y: log(u) * y / (u - 1) with u = 1 + y cancels u's rounding error."""
     u = 1 + y
@@ -168,43 +162,45 @@ class MathMixin:
     @_float_math
     def tan(self: Tensor) -> Tensor:
         """Tangent (radians)."""
-        return self.sin() / self.cos()
+        return with_gradient(self.sin() / self.cos(), self, formula.tan)
 
     @_float_math
     def atan(self: Tensor) -> Tensor:
         """Inverse tangent, in (-pi/2, pi/2)."""
-        return _odd(self, _atan_of_nonnegative)
+        return with_gradient(_odd(self, _atan_of_nonnegative), self, formula.atan)
 
     @_float_math
     def asin(self: Tensor) -> Tensor:
         """Inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1])."""
-        return _with_derivative((self / ((1 - self) * (1 + self)).sqrt()).atan(), self, lambda x: (1 - x * x).rsqrt())
+        return with_gradient((self / ((1 - self) * (1 + self)).sqrt()).atan(), self, formula.asin)
 
     @_float_math
     def acos(self: Tensor) -> Tensor:
         """Inverse cosine, in [0, pi] (NaN outside [-1, 1])."""
-        return _with_derivative(2 * ((1 - self) / (1 + self)).sqrt().atan(), self, lambda x: -(1 - x * x).rsqrt())
+        return with_gradient(2 * ((1 - self) / (1 + self)).sqrt().atan(), self, formula.acos)
 
     @_float_math
     def sinh(self: Tensor) -> Tensor:
         """Hyperbolic sine."""
         # e^(x - ln 2) = e^x / 2 stays finite up to where sinh itself overflows; below 2**-12, sinh(x) = x in float32
-        return (self.abs() < 2.0**-12).where(self, (self - LN2).exp() - (-self - LN2).exp())
+        return with_gradient(
+            (self.abs() < 2.0**-12).where(self, (self - LN2).exp() - (-self - LN2).exp()), self, formula.sinh
+        )
 
     @_float_math
     def cosh(self: Tensor) -> Tensor:
         """Hyperbolic cosine."""
-        return (self - LN2).exp() + (-self - LN2).exp()
+        return with_gradient((self - LN2).exp() + (-self - LN2).exp(), self, formula.cosh)
 
     @_float_math
     def tanh(self: Tensor) -> Tensor:
         """Hyperbolic tangent, 2 * sigmoid(2x) - 1 (finite for every input; x itself below 2**-12)."""
-        return (self.abs() < 2.0**-12).where(self, 2 * (2 * self).sigmoid() - 1)
+        return with_gradient((self.abs() < 2.0**-12).where(self, 2 * (2 * self).sigmoid() - 1), self, formula.tanh)
 
     @_float_math
     def asinh(self: Tensor) -> Tensor:
         """Inverse hyperbolic sine."""
-        return _odd(self, _asinh_of_nonnegative)
+        return with_gradient(_odd(self, _asinh_of_nonnegative), self, formula.asinh)
 
     @_float_math
     def acosh(self: Tensor) -> Tensor:
@@ -214,12 +210,12 @@ class MathMixin:
         moderate = _log1p((x - 1) + ((x - 1) * (x + 1)).sqrt())  # x - 1 is exact: accurate near 1
         value = huge.where(huge.where(self, 1).log() + LN2, moderate)
         # below -1 the formula's terms cancel to a number where |x| is large (float64's -1e30 gave 0)
-        return _with_derivative((self < 1).where(math.nan, value), self, lambda x: (x * x - 1).rsqrt())
+        return with_gradient((self < 1).where(math.nan, value), self, formula.acosh)
 
     @_float_math
     def atanh(self: Tensor) -> Tensor:
         """Inverse hyperbolic tangent (+-inf at +-1, NaN outside)."""
-        return _with_derivative(0.5 * (_log1p(self) - _log1p(-self)), self, lambda x: (1 - x * x).reciprocal())
+        return with_gradient(0.5 * (_log1p(self) - _log1p(-self)), self, formula.atanh)
 
     # ---- rounding, sign and magnitude ----
 
@@ -315,7 +311,7 @@ class MathMixin:
     @_float_math
     def erf(self: Tensor) -> Tensor:
         """The error function, to within 2e-7 of float32's erf."""
-        return _odd(self, _erf_of_nonnegative)
+        return with_gradient(_odd(self, _erf_of_nonnegative), self, formula.erf)
 
     # ---- activations ----
 
@@ -363,9 +359,10 @@ class MathMixin:
     def gelu(self: Tensor, approximate: str = "none") -> Tensor:
         """x * Phi(x): exact through erf ('none', PyTorch's default) or the 'tanh' approximation."""
         if approximate == "none":
-            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+            return with_gradient(0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf()), self, formula.gelu)
         if approximate == "tanh":
-            return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+            inner = (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh()
+            return with_gradient(0.5 * self * (1 + inner), self, formula.gelu_tanh)
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
     @_float_math
@@ -378,12 +375,12 @@ class MathMixin:
         """1 / (1 + exp(-x)), stable for large |x|."""
         negative = self < 0
         e = negative.where(self, -self).exp()  # exp(-|x|) <= 1 never overflows
-        return negative.where(e, 1) / (1 + e)
+        return with_gradient(negative.where(e, 1) / (1 + e), self, formula.sigmoid)
 
     @_float_math
     def silu(self: Tensor) -> Tensor:
         """x * sigmoid(x)."""
-        return self * self.sigmoid()
+        return with_gradient(self * self.sigmoid(), self, formula.silu)
 
     def swish(self: Tensor) -> Tensor:
         """x * sigmoid(x), the same as silu."""
@@ -398,8 +395,7 @@ class MathMixin:
     @_float_math
     def hardswish(self: Tensor) -> Tensor:
         """x * relu6(x + 3) / 6."""
-        # PyTorch's gradient: 0 up to -3, 1 from 3 on and at NaN
-        return self * (self <= -3).where(0, (self < 3).where((self + 3) / 6, 1))
+        return with_gradient(self * (self <= -3).where(0, (self < 3).where((self + 3) / 6, 1)), self, formula.hardswish)
 
     @_float_math
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -410,7 +406,7 @@ class MathMixin:
         # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|), so exp never overflows
         negative = z < 0
         smooth = negative.where(0, z) + _log1p(negative.where(z, -z).exp())
-        return (z > threshold).where(self, smooth / beta)
+        return with_gradient((z > threshold).where(self, smooth / beta), self, formula.softplus(beta, threshold))
 
     @_float_math
     def softsign(self: Tensor) -> Tensor:
@@ -420,12 +416,12 @@ class MathMixin:
     @_float_math
     def mish(self: Tensor) -> Tensor:
         """x * tanh(softplus(x))."""
-        return self * self.softplus().tanh()
+        return with_gradient(self * self.softplus().tanh(), self, formula.mish)
 
     @_float_math
     def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
-        return -(-self).softplus()
+        return with_gradient(-(-self).softplus(), self, formula.logsigmoid)
 
 
 # ---- helpers for the functions above ----
@@ -449,11 +445,11 @@ def _asinh_of_nonnegative(x: Tensor) -> Tensor:
 
 def _erf_of_nonnegative(x: Tensor) -> Tensor:
     """erf on [0, inf]: x * P(x^2) below 1, and 1 - 2^Q(x) (Q a fit of log2 erfc) from 1 to 4, then 1."""
-    below_one = x < 1
-    x = (x > 4).where(4, x)  # erf(4) is 1 in float32; inf and huge values stay finite inside the polynomials
+    below_one, beyond = x < 1, x > 4
+    x = beyond.where(4, x)  # inf and huge values stay finite inside the polynomials
     near = x * polynomial(x * x, ERF_NEAR_ZERO)
     tail = 1 - polynomial((below_one.where(1, x) - 2.5) * (1 / 1.5), LOG2_ERFC_TAIL).exp2()
-    return below_one.where(near, tail)
+    return below_one.where(near, beyond.where(1, tail))  # exactly 1 past 4 in float64 too (gelu(1e300) is 1e300)
 
 
 def _limit(x: Tensor, bound: Tensor, beyond: Tensor, within: Tensor) -> Tensor:

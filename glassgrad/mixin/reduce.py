@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from glassgrad.dtype import DType, dtypes
+from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod as product
 from glassgrad.mixin.small_tensors import _arange
 from glassgrad.mixin.split_reduce import split_reduce
@@ -101,9 +102,36 @@ def _mean(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
     return total.div(count) if count else total * math.nan
 
 
-def _squared_deviations(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
-    """sum((x - mean)^2) over `axes`: the variance's numerator."""
-    return (x - _mean(x, axes, keepdim=True)).square().sum(axes, keepdim)
+def _in_wider(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    """fn(x) computed in float32 for half and bfloat16 and in float64 for float32, rounded back once, as PyTorch's CPU
+    variance accumulates: a std whose variance overflows the dtype (of values near 3e38 in float32) stays finite."""
+    if x.dtype != dtypes.float32:
+        return _in_float32(x, fn)
+    return fn(x.cast(dtypes.float64)).cast(x.dtype)
+
+
+def _variance(x: Tensor, axes: tuple[int, ...], keepdim: bool, dof: int | float, root: bool) -> Tensor:
+    """sum((x - mean)^2) / max(0, dof) over `axes` (its square root where `root`), computed wider (`_in_wider`).
+
+    The gradient is PyTorch's formula in x's dtype, as PyTorch computes it: 2 / dof * g * (x - mean) (inf / 0 for dof
+    0), none through the mean, whose share is 0 but where a value is infinite (x - mean is then +-inf for the finite
+    values, their gradient too, where the derived one is NaN everywhere); std's g / (2 std) first (0 where std is 0,
+    and where 2 std overflows the dtype, as in PyTorch)."""
+
+    def value(w: Tensor) -> Tensor:
+        var = (w - _mean(w, axes, keepdim=True)).square().sum(axes, keepdim).div(max(0, dof))
+        return var.sqrt() if root else var
+
+    kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+
+    def rule(g: Tensor, x: Tensor) -> tuple[Tensor]:
+        if root:
+            std = _variance(x, axes, keepdim, dof, root)
+            g = std.eq(0).where(0, g / (std * 2))
+        g = g.reshape(kept).expand(x.shape)
+        return ((2 / dof if dof else math.inf) * g * (x - x.mean(axes, keepdim=True)),)
+
+    return custom_gradient(_in_wider(x, value), (x,), rule)
 
 
 def _softmax(x: Tensor, axis: int) -> Tensor:
@@ -126,11 +154,6 @@ def _logsumexp(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
 def _is_nan(x: Tensor) -> Tensor:
     """True where x is NaN (never, for ints and bools)."""
     return x.ne(x) if dtypes.is_float(x.dtype) else x.zeros_like(dtype=dtypes.bool)
-
-
-def _std_from_var(var: Tensor) -> Tensor:
-    """sqrt(var), with gradient 0 where var is 0 as PyTorch's std (the true derivative is infinite there)."""
-    return var.eq(0).where(0, var).sqrt()
 
 
 def _lower_triangle(n: int, like: Tensor) -> Tensor:
@@ -203,13 +226,13 @@ class ReduceMixin:
     # ---- statistics ----
 
     def _var(self: Tensor, axis: Axis, dim: Axis, keepdim: bool, correction: int | float, unbiased: bool | None,
-             op: str) -> Tensor:  # fmt: skip
-        """The variance behind var, std, var_mean and std_mean; errors name `op`."""
+             op: str, root: bool = False) -> Tensor:  # fmt: skip
+        """The variance behind var, std (`root`), var_mean and std_mean; errors name `op`."""
         axes = _axes(self, _pick_axis(axis, dim, op), op)
         if unbiased is not None:
             correction = 1 if unbiased else 0
-        count = max(0, product(self.shape[a] for a in axes) - correction)
-        return _in_float32(self._float_input(), lambda x: _squared_deviations(x, axes, keepdim).div(count))
+        dof = product(self.shape[a] for a in axes) - correction
+        return _variance(self._float_input(), axes, keepdim, dof, root)
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:  # fmt: skip
@@ -219,7 +242,7 @@ class ReduceMixin:
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:  # fmt: skip
         """Standard deviation over `dim`: the square root of var with the same `correction`."""
-        return _std_from_var(self._var(axis, dim, keepdim, correction, unbiased, "std"))
+        return self._var(axis, dim, keepdim, correction, unbiased, "std", root=True)
 
     def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *,
                  dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
@@ -230,8 +253,8 @@ class ReduceMixin:
     def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *,
                  dim: Axis = None, unbiased: bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
         """(std, mean) over `dim`, as torch.std_mean."""
-        var = self._var(axis, dim, keepdim, correction, unbiased, "std_mean")
-        return _std_from_var(var), self.mean(_pick_axis(axis, dim, "std_mean"), keepdim)
+        std = self._var(axis, dim, keepdim, correction, unbiased, "std_mean", root=True)
+        return std, self.mean(_pick_axis(axis, dim, "std_mean"), keepdim)
 
     # ---- arg-reductions and logic ----
 

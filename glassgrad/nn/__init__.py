@@ -6,7 +6,7 @@ import math
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
-from glassgrad.nn import optim, state  # noqa: F401  (tinygrad's import paths: glassgrad.nn.optim, glassgrad.nn.state)
+from glassgrad.nn import datasets, optim, state  # noqa: F401  (tinygrad: nn.datasets, nn.optim, nn.state)
 from glassgrad.tensor import Tensor
 from glassgrad.tensor_checks import checked_index
 

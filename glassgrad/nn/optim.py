@@ -23,8 +23,9 @@ class Optimizer:
                 p.requires_grad_(True)
         self.params = params
         device = params[0].device
-        self.lr = Tensor([float(lr)], device=device, dtype=dtypes.float32).contiguous().realize()
-        self.step_count = Tensor([0], device=device, dtype=dtypes.int32).contiguous().realize()
+        # 0-d, as numbers are: an update keeps its parameter's shape, a 0-d one's too
+        self.lr = Tensor(float(lr), device=device, dtype=dtypes.float32).contiguous().realize()
+        self.step_count = Tensor(0, device=device, dtype=dtypes.int32).contiguous().realize()
 
     def zero_grad(self) -> None:
         """Forget the gradients of the last backward pass."""
@@ -38,12 +39,19 @@ class Optimizer:
     def step(self) -> None:
         """Update every parameter that has a gradient, then run the update (one fused schedule). As in PyTorch, a
         parameter without one (no backward() reached it yet) is left alone; with none at all, nothing changes."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
-            return
+        if grads := [p.grad for p in self.params if p.grad is not None]:
+            # a gradient reads the old values of other parameters: compute them all before any is overwritten
+            Tensor.realize(*grads)
+            Tensor.realize(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """The step as lazy assigns, and the tensors to realize to run it (tinygrad's form): `loss.realize(
+        *opt.schedule_step())` computes the loss, the gradients and the update in one schedule. Each assign reads
+        the values from before the step, whatever order the kernels run in (an assign runs after every kernel that
+        reads what it overwrites)."""
+        if not any(p.grad is not None for p in self.params):
+            return []
         self.step_count.assign(self.step_count + 1)
-        # a gradient reads the old values of other parameters: compute them all before any parameter is overwritten
-        Tensor.realize(*grads)
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -51,7 +59,7 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: gradient of shape {p.grad.shape} for a parameter of "
                                  f"shape {p.shape}")  # fmt: skip
             p.assign(self._update(i, p.detach(), p.grad.detach().cast(p.dtype)).cast(p.dtype))
-        Tensor.realize(*self.params, *self.state())
+        return [*self.params, *self.state()]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
         raise NotImplementedError
@@ -84,6 +92,39 @@ class SGD(Optimizer):
             buf.assign(first.where(g, self.momentum * buf + (1 - self.dampening) * g))
             g = g + self.momentum * buf if self.nesterov else buf
         return p - self.lr * g
+
+
+class Muon(SGD):
+    """SGD whose (Nesterov) momentum update is orthogonalized by Newton-Schulz iterations before it is applied, with
+    decoupled weight decay (Keller Jordan's Muon; tinygrad's defaults). torch.optim.Muon's step for a matrix that is
+    not taller than wide; a tensor of more or fewer dimensions is treated as the matrix (shape[0], rest)."""
+
+    def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1,
+                 ns_steps: int = 5, ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+                 nesterov: bool = True):  # fmt: skip
+        super().__init__(params, lr, momentum, 0.0, 0.0, nesterov)
+        self.muon_weight_decay, self.ns_steps, self.ns_coefficients = weight_decay, ns_steps, ns_coefficients
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+        if self.momentum:
+            buf = self.buffers[i]
+            buf.assign(self.momentum * buf + g)
+            g = g + self.momentum * buf if self.nesterov else buf
+        direction = orthogonalized(g.reshape(g.shape[0] if g.ndim else 1, -1), self.ns_steps, self.ns_coefficients)
+        return p * (1 - self.lr * self.muon_weight_decay) - self.lr * direction.reshape(p.shape)
+
+
+def orthogonalized(g: Tensor, steps: int, coefficients: tuple[float, float, float], eps: float = 1e-7) -> Tensor:
+    """Newton-Schulz iterations toward the orthogonal factor of a matrix (U V^T of its SVD), on g / ||g||: each step
+    X <- a X + (b A + c A A) X with A = X X^T, on the wide orientation (fewer rows than columns)."""
+    if g.shape[0] > g.shape[1]:
+        return orthogonalized(g.T, steps, coefficients, eps).T
+    a, b, c = coefficients
+    x = g / (g.square().sum().sqrt() + eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x
 
 
 class LARS(SGD):
@@ -175,7 +216,7 @@ class LRScheduler:
         raise NotImplementedError
 
     def _set(self, lr: float) -> None:
-        self.optimizer.lr.assign(Tensor([lr], device=self.optimizer.lr.device, dtype=dtypes.float32)).realize()
+        self.optimizer.lr.assign(Tensor(lr, device=self.optimizer.lr.device, dtype=dtypes.float32)).realize()
 
     def step(self) -> None:
         """Move to the next epoch (or step) and update the optimizer's learning rate."""
@@ -226,3 +267,27 @@ class OneCycleLR(LRScheduler):
         remaining = self.total_steps - 1 - self.peak_step
         fraction = (self.epoch - self.peak_step) / remaining if remaining > 0 else 1.0
         return self._cosine(self.max_lr, self.final_lr, min(1.0, fraction))
+
+
+class OptimizerGroup(Optimizer):
+    """Several optimizers stepped as one (tinygrad's): each keeps its own parameters, settings and state."""
+
+    def __init__(self, *optimizers: Optimizer):  # pylint: disable=super-init-not-called
+        if not optimizers or not all(isinstance(o, Optimizer) for o in optimizers):
+            raise TypeError("OptimizerGroup: expected one or more optimizers, got "
+                            f"{[type(o).__name__ for o in optimizers]}")  # fmt: skip
+        self.optimizers = optimizers
+        self.params = [p for o in optimizers for p in o.params]
+
+    def __getitem__(self, i: int) -> Optimizer:
+        return self.optimizers[i]
+
+    def zero_grad(self) -> None:
+        for o in self.optimizers:
+            o.zero_grad()
+
+    def state(self) -> list[Tensor]:
+        return [t for o in self.optimizers for t in o.state()]
+
+    def schedule_step(self) -> list[Tensor]:
+        return [t for o in self.optimizers for t in o.schedule_step()]

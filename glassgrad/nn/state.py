@@ -13,17 +13,21 @@ from typing import Any, BinaryIO
 
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
+from glassgrad.nn.archives import TensorIO, tar_extract, zip_extract
 from glassgrad.nn.torch_file import torch_load
 from glassgrad.tensor import Tensor
 
 __all__ = [
+    "TensorIO",
     "get_parameters",
     "get_state_dict",
     "load_state_dict",
     "safe_load",
     "safe_load_metadata",
     "safe_save",
+    "tar_extract",
     "torch_load",
+    "zip_extract",
 ]
 
 # ---- state dicts ----

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glassgrad.dtype import DType
+from glassgrad.dtype import ALL_DTYPES, DType, dtypes
 from glassgrad.uop.ops import UOp
 from glassgrad.uop.rewrite import PatternMatcher
 
@@ -15,6 +15,8 @@ class Renderer:
     unsupported_dtypes: frozenset[DType] = frozenset()
     dialect: PatternMatcher | None = None  # rewrites applied to a kernel before it is linearized
     vector_lanes: tuple[int, ...] = ()  # lane counts it renders as vector types (none: every lane is scalar code)
+    runs_kernels: bool = True  # False: the device holds bytes only (DISK: a file); the scheduler reads its buffers as
+    # they lie and copies them out (schedule/kernelize.py disk_span)
     has_local: bool = False  # it renders blocks of threads that share memory (a GPU): the LOCAL and GROUP actions
     chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
     # layouts the scheduler gives operands where this renderer's kernels pay for them (it asks, naming no device):
@@ -24,6 +26,10 @@ class Renderer:
 
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
+
+    def supported_dtypes(self) -> set[DType]:
+        """The dtypes its device holds and computes with (tinygrad's `Device[...].renderer.supported_dtypes()`)."""
+        return {d for d in ALL_DTYPES + dtypes.fp8s if self.supports(d)}
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """The global size (by default the outer loop's length; None without one) and the local size (threads that

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from glassgrad.dtype import DType, PtrDType, dtypes, float_to_bfloat16
+from glassgrad.dtype import FP8_FORMATS, STORED_AS_BITS, DType, PtrDType, dtypes
 from glassgrad.renderer import Renderer
+from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 
-SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)
 # C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
 # is 256, not 0; bool True + True is 2, not True) wherever it is used unstored (compared, cast wider, summed)
 SMALL_INTS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
@@ -24,7 +25,7 @@ WIDE_SIGNED_INTS = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long l
 
 
 def _compute_in_float(x: UOp) -> UOp | None:
-    """half and bfloat16 math runs in float32, rounded back after every op (as PyTorch's CPU does)."""
+    """half, bfloat16 and fp8 math runs in float32, rounded back after every op (as PyTorch's CPU does)."""
     if x.dtype not in SMALL_FLOATS or x.op in (Ops.CAST, Ops.BITCAST):
         return None
     src = tuple(s.cast(dtypes.float32) if s.dtype in SMALL_FLOATS else s for s in x.src)
@@ -39,7 +40,7 @@ def _compare_in_float(x: UOp) -> UOp | None:
 
 
 def _reduce_in_float(x: UOp) -> UOp:
-    """A half or bfloat16 reduction accumulates in float32 and rounds once at the end (as PyTorch does)."""
+    """A half, bfloat16 or fp8 reduction accumulates in float32 and rounds once at the end (as PyTorch does)."""
     return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32), *x.src[1:]), x.arg).cast(x.dtype)
 
 
@@ -52,6 +53,11 @@ small_float_math = PatternMatcher([
 
 UNSIGNED = {dtypes.int8: dtypes.uint8, dtypes.int16: dtypes.uint16, dtypes.int32: dtypes.uint32,
             dtypes.int64: dtypes.uint64}  # fmt: skip
+
+
+def _uses(program: list[UOp], dtype: DType) -> bool:
+    """Whether a node of the program has values of `dtype` (or vectors of it), or reads some."""
+    return any(u.dtype.scalar == dtype or any(s.dtype.scalar == dtype for s in u.src) for u in program)
 
 
 def _may_trap(dtype: DType, divisor: UOp) -> bool:
@@ -77,8 +83,14 @@ class CStyleRenderer(Renderer):
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
         dtypes.bfloat16: "unsigned short", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char",
     }  # fmt: skip
     dialect = small_float_math
+    # floats kept as their raw bits: the C functions from their bits to float and from float to their bits
+    bit_floats: dict[DType, tuple[str, str]] = {
+        dtypes.bfloat16: ("gg_bf2f", "gg_f2bf"),
+        **{d: (decode_name(d.name), encode_name(d.name)) for d in dtypes.fp8s},
+    }
 
     # math functions by dtype: (float name, double name)
     float_functions = {Ops.EXP2: ("exp2f", "exp2"), Ops.LOG2: ("log2f", "log2"), Ops.SIN: ("sinf", "sin"),
@@ -115,8 +127,8 @@ class CStyleRenderer(Renderer):
             return f"(({self.type_name(dtype)}){{{', '.join([self.render_const(value, dtype.scalar)] * dtype.count)}}})"
         if dtype == dtypes.bool:
             return "1" if value else "0"
-        if dtype == dtypes.bfloat16:  # stored as its 16 bits; math on it runs in float after gg_bf2f
-            return f"((unsigned short){float_to_bfloat16(float(value))})"
+        if dtype in self.bit_floats:  # stored as its bits; math on it runs in float after conversion
+            return f"(({self.type_name(dtype)}){STORED_AS_BITS[dtype].encode(float(value))})"
         if dtypes.is_float(dtype):
             if math.isnan(value):
                 text = "NAN"
@@ -133,10 +145,12 @@ class CStyleRenderer(Renderer):
         return f"{value}{suffix}"
 
     def render_cast(self, x: str, src: DType, dst: DType) -> str:
-        if dst == dtypes.bfloat16:
-            return f"gg_f2bf((float)({x}))"
-        if src == dtypes.bfloat16:
-            return f"(({self.type_name(dst)})gg_bf2f({x}))"
+        if src in self.bit_floats:  # through float32, which holds each of their values
+            x, src = f"{self.bit_floats[src][0]}({x})", dtypes.float32
+            if dst == dtypes.float32:
+                return x
+        if dst in self.bit_floats:
+            return f"{self.bit_floats[dst][1]}((float)({x}))"
         return f"(({self.type_name(dst)})({x}))"
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
@@ -173,6 +187,8 @@ class CStyleRenderer(Renderer):
             return f"__builtin_fma{'f' if dtype == dtypes.float32 else ''}({args[0]}, {args[1]}, {args[2]})"
         if op is Ops.MULACC:
             return f"(({args[0]}*{args[1]})+{args[2]})"
+        if op is Ops.MOD and dtypes.is_float(dtype):  # the remainder of the truncated quotient, as C's % of ints
+            return f"{'fmod' if dtype == dtypes.float64 else 'fmodf'}({args[0]}, {args[1]})"
         if op in (Ops.IDIV, Ops.MOD) and _may_trap(dtype, src[1]):
             return f"gg_{op.name.lower()}_{self._fn_suffix(dtype)}({args[0]}, {args[1]})"
         if op is Ops.CMPNE and dtype == dtypes.bool and src[0].dtype == dtypes.bool:
@@ -212,7 +228,7 @@ class CStyleRenderer(Renderer):
 
     def render_vector_cast(self, x: str, src: DType, dst: DType) -> str | None:
         """A whole-vector conversion where C's equals the scalar cast (plain numbers, no bool or 16-bit floats)."""
-        special = (dtypes.bool, dtypes.float16, dtypes.bfloat16)
+        special = (dtypes.bool, dtypes.float16, *self.bit_floats)
         if src.scalar in special or dst.scalar in special:
             return None
         return f"__builtin_convertvector({x}, {self.type_name(dst)})"
@@ -279,7 +295,7 @@ class CStyleRenderer(Renderer):
         return lines + ["}"]
 
     def prelude(self, program: list[UOp]) -> list[str]:
-        """Helper functions the kernel uses (max with NaN propagation, bfloat16 conversions)."""
+        """Helper functions the kernel uses (max with NaN propagation, bfloat16 and fp8 conversions)."""
         lines = ["#include <math.h>"]
         used = {u.dtype for u in program if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
         vectors = sorted(used | self.helper_vectors(program), key=lambda d: (d.priority, d.count))
@@ -308,15 +324,16 @@ class CStyleRenderer(Renderer):
             t, f = self.type_name(dtype), self._fn_suffix(dtype)
             nan_check = "a != a || " if dtypes.is_float(dtype) else ""
             lines.append(f"static inline {t} gg_max_{f}({t} a, {t} b) {{ return ({nan_check}a > b) ? a : b; }}")
-        if any(
-            u.dtype.scalar == dtypes.bfloat16 or any(s.dtype.scalar == dtypes.bfloat16 for s in u.src) for u in program
-        ):
+        if _uses(program, dtypes.bfloat16):
             lines += [
                 "static inline float gg_bf2f(unsigned short x) { union { unsigned int u; float f; } v;"
                 " v.u = (unsigned int)x << 16; return v.f; }",
                 "static inline unsigned short gg_f2bf(float f) { union { float f; unsigned int u; } v; v.f = f;"
                 " if (f != f) return 0x7fc0; return (unsigned short)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16); }",
             ]
+        for dtype, fmt in FP8_FORMATS.items():
+            if _uses(program, dtype):
+                lines += fp8_helpers(dtype.name, fmt)
         return lines
 
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:

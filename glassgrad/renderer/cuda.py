@@ -5,8 +5,9 @@ index, guarded against the loop's size) and runs the inner loops itself. A kerne
 block of threads for each grid index instead: a LOCAL's threads compute neighbouring outputs, a GROUP's share a
 reduction loop and combine their partial results through shared memory (codegen/opt.py; the heuristics choose them).
 
-half and bfloat16 are stored as their 16 bits and converted to and from float with PTX's own conversions, so a kernel
-needs no toolkit header; their math runs in float32, as on the CPU (the `small_float_math` dialect).
+half and bfloat16 are stored as their 16 bits and converted to and from float with PTX's own conversions (fp8, as on the
+CPU, in software: renderer/fp8.py), so a kernel needs no toolkit header; their math runs in float32, as on the CPU
+(the `small_float_math` dialect).
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ class CUDARenderer(CStyleRenderer):
     chain_sums = True
     outer_loop_params = ()  # the bounds come from the launch: blockIdx, blockDim, threadIdx
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "unsigned short"}
+    bit_floats = {**CStyleRenderer.bit_floats, dtypes.float16: ("gg_h2f", "gg_f2h")}  # PTX's own conversions
     tile_configs = MATMUL_CONFIGS  # tiled matrix products; the device clears them before sm_80 and puts wgmma's first
     # on sm_90
 
@@ -162,14 +164,8 @@ class CUDARenderer(CStyleRenderer):
         return super().render_const(value, dtype)
 
     def render_cast(self, x: str, src: DType, dst: DType) -> str:
-        if src == dtypes.float16:  # through float32, which holds every half exactly
-            x, src = f"gg_h2f({x})", dtypes.float32
-            if dst == dtypes.float32:
-                return x
-        if dst == dtypes.float16:
-            if src == dtypes.float64:
-                return f"gg_d2h({x})"  # one rounding, not two through float32
-            return f"gg_f2h({'gg_bf2f' if src == dtypes.bfloat16 else '(float)'}({x}))"
+        if dst == dtypes.float16 and src == dtypes.float64:
+            return f"gg_d2h({x})"  # one rounding, not two through float32
         return super().render_cast(x, src, dst)
 
     def render_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...]) -> str:

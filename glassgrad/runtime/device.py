@@ -34,6 +34,12 @@ class Allocator:
     def copyout(self, dest: memoryview, src: Any) -> None:
         raise NotImplementedError
 
+    def copyout_part(self, dest: memoryview, src: Any, start: int, nbytes: int) -> None:
+        """Copy dest.nbytes bytes from `start` bytes into `src` (of `nbytes`); by default through a copy of it all."""
+        whole = host_bytes(nbytes)
+        self.copyout(memoryview(whole), src)
+        dest[:] = memoryview(whole)[start : start + dest.nbytes]
+
     def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
         """Copy from another allocator's memory without the host in between; False where this device can't."""
         return False
@@ -212,23 +218,27 @@ class Buffer:
         Device[self.device].allocator.copyin(self.handle, data)
         return self
 
-    def copy_from(self, src: Buffer) -> Buffer:
-        """Take `src`'s contents: straight between devices that can (GPU to GPU), else through the host."""
+    def copy_from(self, src: Buffer, start: int = 0) -> Buffer:
+        """Take `src`'s contents (from `start` bytes into it, as many bytes as this buffer has): straight between
+        devices that can (GPU to GPU), else through the host."""
         allocator, src_allocator = Device[self.device].allocator, Device[src.device].allocator
-        if not allocator.transfer(self.handle, src.handle, self.nbytes, src_allocator):
-            self.copyin(src.as_bytes())
+        whole = start == 0 and src.nbytes == self.nbytes
+        if not whole or not allocator.transfer(self.handle, src.handle, self.nbytes, src_allocator):
+            self.copyin(src.as_bytes(start, self.nbytes) if not whole else src.as_bytes())
         return self
 
-    def as_bytes(self) -> bytearray:
-        """A host copy of the whole buffer."""
+    def as_bytes(self, start: int = 0, nbytes: int | None = None) -> bytearray:
+        """A host copy of the whole buffer, or of `nbytes` of it from `start`."""
+        nbytes = self.nbytes if nbytes is None else nbytes
         try:
-            out = host_bytes(self.nbytes)
+            out = host_bytes(nbytes)
         except MemoryError as e:
-            raise OutOfMemoryError(
-                f"the host (copying a {self.device} buffer)", self.size, self.dtype, str(e)
-            ) from None
-        if self.nbytes:
+            raise OutOfMemoryError(f"the host (copying a {self.device} buffer)", nbytes // self.dtype.itemsize,
+                                   self.dtype, str(e)) from None  # fmt: skip
+        if nbytes == self.nbytes:
             Device[self.device].allocator.copyout(memoryview(out), self.handle)
+        elif nbytes:
+            Device[self.device].allocator.copyout_part(memoryview(out), self.handle, start, self.nbytes)
         return out
 
     def _free(self) -> None:

@@ -6,7 +6,7 @@ import json
 import struct
 import time
 
-from glassgrad.dtype import DTYPES_BY_NAME, DType, PtrDType, bfloat16_to_float, dtypes, float_to_bfloat16
+from glassgrad.dtype import DTYPES_BY_NAME, STORED_AS_BITS, DType, PtrDType, dtypes
 from glassgrad.renderer import Renderer
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 from glassgrad.runtime.out_of_memory import host_bytes
@@ -56,15 +56,16 @@ class Memory:
 
     def __init__(self, raw: bytearray, dtype: DType):
         self.raw, self.dtype, self.size = raw, dtype, dtype.itemsize
-        self.fmt = "<H" if dtype == dtypes.bfloat16 else "<" + dtype.fmt
+        self.bits = STORED_AS_BITS.get(dtype)  # bfloat16 and fp8: raw bits, converted on each access
+        self.fmt = "<" + (self.bits.storage if self.bits is not None else dtype.fmt)
 
     def load(self, i: int):
         (value,) = struct.unpack_from(self.fmt, self.raw, i * self.size)
-        return bfloat16_to_float(value) if self.dtype == dtypes.bfloat16 else value
+        return self.bits.decode(value) if self.bits is not None else value
 
     def store(self, i: int, value) -> None:
-        if self.dtype == dtypes.bfloat16:
-            value = float_to_bfloat16(value)
+        if self.bits is not None:
+            value = self.bits.encode(value)
         struct.pack_into(self.fmt, self.raw, i * self.size, value)
 
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from glassgrad.dtype import dtypes
-from glassgrad.helpers import prod
+from glassgrad.helpers import prod, strides_for_shape
 from glassgrad.schedule.conv import window_buffers
 from glassgrad.schedule.merge_axes import merge_axes
-from glassgrad.schedule.pack import operand_twins, pack_panels
+from glassgrad.schedule.pack import operand_twins, pack_panels, renderer_of_device
 from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker, apply_movement, chain_view
@@ -37,13 +37,59 @@ def is_realized(node: UOp) -> bool:
 
 
 def is_view_of_buffer(node: UOp) -> bool:
-    return node.op in GroupOp.Movement and is_realized(node.base) or is_realized(node)
+    return node.op in GroupOp.Movement and is_realized(node.base) or is_realized(node) or disk_span(node) is not None
 
 
 def _is_whole_buffer(node: UOp) -> bool:
     """A node that is exactly a buffer's data in order, realized or about to be (a COPY can move it as it is)."""
     has_buffer = is_realized(node.base) or node.base.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN)
     return has_buffer and chain_view(node).contiguous and node.size == node.base.size
+
+
+def is_disk(device: str | None) -> bool:
+    """Whether a device holds bytes and runs no kernels (DISK:/path, a file), as its renderer says."""
+    return (renderer := renderer_of_device(device)) is not None and not renderer.runs_kernels
+
+
+def disk_span(node: UOp) -> tuple[UOp, int] | None:
+    """The DISK buffer under `node` and the byte where `node`'s data starts in it, when `node` is a contiguous run
+    of its bytes in order (reshapes, a slice, same-size bitcasts): a COPY can read that run of the file as it is."""
+    movements, below = [], node
+    while below.op in GroupOp.Movement or (
+        below.op is Ops.BITCAST and below.dtype.itemsize == below.src[0].dtype.itemsize
+    ):
+        if below.op in GroupOp.Movement:
+            movements.append(below)
+        below = below.src[0]
+    if below.op is not Ops.BUFFER or not is_disk(below.device):
+        return None
+    st = ShapeTracker.from_shape(below.shape)
+    for mv in reversed(movements):
+        st = apply_movement(st, mv)
+    view = st.views[-1]
+    if len(st.views) != 1 or view.mask is not None or view.strides != strides_for_shape(view.shape):
+        return None
+    return below, view.offset * below.dtype.itemsize
+
+
+def _copy_before_disk_view(copy: UOp) -> UOp | None:
+    """COPY(view of a DISK buffer) that no run of the file's bytes holds (a strided slice) becomes the view, applied
+    on the target device, of a COPY of what lies under it: DISK computes nothing, not even a strided copy."""
+    if not is_disk(copy.src[0].device) or disk_span(copy.src[0]) is not None:
+        return None
+    views, below = [], copy.src[0]
+    while below.op in GroupOp.Movement:
+        views.append(below)
+        below = below.src[0]
+    if not views or disk_span(below) is None:
+        return None  # computed on DISK: its kernel says what to do instead
+    moved = copy.replace(dtype=below.dtype, src=(below, *copy.src[1:]))
+    for view in reversed(views):
+        moved = view.replace(src=(moved,))
+    return moved
+
+
+copy_disk_views = PatternMatcher([(UPat(Ops.COPY, name="copy"), _copy_before_disk_view)])
 
 
 def _grows(node: UOp) -> bool:
@@ -69,7 +115,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
             continue
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             add(node)
-        if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]):
+        if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]) and disk_span(node.src[0]) is None:
             points[node.src[0]] = None  # a COPY moves whole buffers: a view of one (x.T) is made contiguous first
         if node.op is Ops.ASSIGN and _reads_target_elsewhere(node):
             add(node.src[1])
@@ -310,8 +356,10 @@ def build_kernel(point: UOp) -> UOp:
     """The ASSIGN(BUFFER, KERNEL) that computes `point`, whose realized inputs are BUFFER or ASSIGN nodes."""
     if point.op is Ops.COPY:
         out = new_buffer(point.device, point.size, point.dtype)
-        # the AST names only the target device: the COPY node itself would keep its whole graph alive
-        return _kernel(out, [point.src[0].base], UOp(Ops.COPY, point.dtype, (), point.device))
+        # the AST names only the target device and the byte where the data starts in the source (not 0 for a part
+        # of a file): the COPY node itself would keep its whole graph alive
+        source, start = disk_span(point.src[0]) or (point.src[0].base, 0)
+        return _kernel(out, [source], UOp(Ops.COPY, point.dtype, (), (point.device, start)))
     if point.op is Ops.ASSIGN:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
@@ -329,14 +377,17 @@ def build_kernel(point: UOp) -> UOp:
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
-    twin = operand_twins(roots, enter=lambda n: not is_realized(n), matcher=pack_panels + window_buffers)
+    matcher = pack_panels + window_buffers + copy_disk_views
+    twin = operand_twins(roots, enter=lambda n: not is_realized(n), matcher=matcher)
     if any(new is not node for node, new in twin.items()):
-        # operands got buffers of their own (packed panels, padded windows): kernelize that graph, and answer
-        # for the nodes of the one given
+        # operands got buffers of their own (packed panels, padded windows), a copy moved below a view: kernelize
+        # that graph, and answer for the nodes of the one given
         replaced = kernelize_graph([twin[r] for r in roots])
         answer = {node: replaced[new] for node, new in twin.items() if new in replaced}
         answer |= {node: new.substitute(replaced) for node, new in twin.items() if node.op is Ops.REDUCE_AXIS
                    and new.op is Ops.RESHAPE and new.src[0] in replaced}  # fmt: skip
+        answer |= {node: new.substitute(replaced) for node, new in twin.items()
+                   if node.op is Ops.COPY and new.op is not Ops.COPY and new.base in replaced}  # fmt: skip
         return answer
     return kernelize_graph(roots)
 

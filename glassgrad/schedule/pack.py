@@ -35,15 +35,20 @@ def movement(op: Ops, x: UOp, arg) -> UOp:
     return UOp(op, x.dtype, (x,), tuple(arg))
 
 
-# A device's renderer, for the rules that ask what its kernels pay for (Renderer.packs_panels, .buffers_windows): the
-# engine installs Device's lookup (engine/lazy.py), so the scheduler names no device and imports no runtime.
+# A device's renderer, for the rules that ask what its kernels pay for (Renderer.packs_panels, .buffers_windows) and
+# whether it runs any (.runs_kernels): the engine installs Device's lookup (engine/lazy.py), so the scheduler names
+# no device and imports no runtime.
 device_renderer: Callable[[str], Renderer] | None = None
 
 
-def renderer_of(node: UOp) -> Renderer | None:
-    """The renderer of the one device `node` lives on (None for a node on several, or with no lookup installed)."""
-    device = node.device
+def renderer_of_device(device: str | tuple | None) -> Renderer | None:
+    """The renderer of one device (None for several, or with no lookup installed)."""
     return device_renderer(device) if device_renderer is not None and isinstance(device, str) else None
+
+
+def renderer_of(node: UOp) -> Renderer | None:
+    """The renderer of the one device `node` lives on."""
+    return renderer_of_device(node.device)
 
 
 def _contiguous(x: UOp) -> UOp:

@@ -8,11 +8,10 @@ dtype after every op, which for + - * / and sqrt gives exactly the correctly rou
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 from typing import Any
 
-from glassgrad.dtype import DType, bfloat16_to_float, dtypes, float_to_bfloat16, truncate
+from glassgrad.dtype import DType, dtypes, pack_values, truncate, unpack_values
 from glassgrad.uop.ops import Ops
 
 
@@ -24,8 +23,13 @@ def _c_idiv(x: int, y: int) -> int:
     return quotient if (x < 0) == (y < 0) else -quotient
 
 
-def _c_mod(x: int, y: int) -> int:
-    """x % y for C ints: the sign of the dividend, so x == (x / y) * y + x % y; modulo zero gives 0."""
+def _c_mod(x: Any, y: Any) -> Any:
+    """x % y for C ints: the sign of the dividend, so x == (x / y) * y + x % y; modulo zero gives 0. For floats C's
+    fmod, exact: NaN for an infinite x, a zero y or a NaN; x itself for an infinite y."""
+    if isinstance(x, float) or isinstance(y, float):
+        if y == 0 or math.isinf(x) or x != x or y != y:
+            return math.nan
+        return x if math.isinf(y) else math.fmod(x, y)
     return 0 if y == 0 else x - _c_idiv(x, y) * y
 
 
@@ -130,16 +134,4 @@ def exec_bitcast(value: Any, from_dtype: DType, to_dtype: DType) -> Any:
             f"bitcast from {from_dtype} to {to_dtype}: sizes differ ({from_dtype.itemsize} bytes vs "
             f"{to_dtype.itemsize}); cast instead, or bitcast to a type of the same size"
         )
-    return _from_bytes(to_dtype.scalar, _to_bytes(from_dtype.scalar, value))
-
-
-def _to_bytes(dtype: DType, value: Any) -> bytes:
-    if dtype == dtypes.bfloat16:
-        return struct.pack("<H", float_to_bfloat16(value))
-    return struct.pack(f"<{dtype.fmt}", value)
-
-
-def _from_bytes(dtype: DType, data: bytes) -> Any:
-    if dtype == dtypes.bfloat16:
-        return bfloat16_to_float(struct.unpack("<H", data)[0])
-    return struct.unpack(f"<{dtype.fmt}", data)[0]
+    return unpack_values(pack_values([value], from_dtype.scalar), to_dtype.scalar)[0]

@@ -10,7 +10,21 @@ from glassgrad import dtypes
 from glassgrad.dtype import ALL_DTYPES, result_type_with_scalar
 
 from .program import Gen, Spec, Value
-from .reference import CARRIED, RTOL, TORCH, cast, is_float, is_int, order, promote, udiv, unorder, ushr, wrap
+from .reference import (
+    CARRIED,
+    RTOL,
+    TORCH,
+    Undefined,
+    cast,
+    is_float,
+    is_int,
+    order,
+    promote,
+    udiv,
+    unorder,
+    ushr,
+    wrap,
+)
 
 # name -> (glassgrad source after the dot, reference on a float tensor, keeps exact, discontinuous)
 UNARY = {
@@ -30,13 +44,20 @@ def _gelu(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t == torch.inf, t, F.gelu(t))
 
 
+def _at_nan_passing(f):
+    """f (hardtanh, relu6) with PyTorch's gradient at NaN of its scalar path, g, everywhere: its vectorized CPU kernel
+    (a tensor of 16 elements or more) gives 0 there. glassgrad's, as the scalar one's, passes g."""
+    return lambda t: torch.where(torch.isnan(t), t, f(t))
+
+
 # activations: floats only in PyTorch
 ACTIVATIONS = {
-    "relu": ("relu()", F.relu), "relu6": ("relu6()", F.relu6), "gelu": ("gelu()", _gelu),
+    "relu": ("relu()", F.relu), "relu6": ("relu6()", _at_nan_passing(F.relu6)), "gelu": ("gelu()", _gelu),
     "gelu_tanh": ("gelu(approximate='tanh')", lambda t: F.gelu(t, approximate="tanh")), "silu": ("silu()", F.silu),
     "softplus": ("softplus()", F.softplus), "mish": ("mish()", F.mish), "logsigmoid": ("logsigmoid()", F.logsigmoid),
     "elu": ("elu()", F.elu), "celu": ("celu(0.5)", lambda t: F.celu(t, 0.5)), "selu": ("selu()", F.selu),
-    "leaky_relu": ("leaky_relu(0.1)", lambda t: F.leaky_relu(t, 0.1)), "hardtanh": ("hardtanh()", F.hardtanh),
+    "leaky_relu": ("leaky_relu(0.1)", lambda t: F.leaky_relu(t, 0.1)),
+    "hardtanh": ("hardtanh()", _at_nan_passing(F.hardtanh)),
     "hardsigmoid": ("hardsigmoid()", F.hardsigmoid), "hardswish": ("hardswish()", F.hardswish),
     "softsign": ("softsign()", F.softsign),
 }  # fmt: skip
@@ -97,14 +118,37 @@ def unary(g: Gen, name: str) -> Spec | None:
     return Spec(f"{v.name}.{PREDICATES[name]}", (v.name,), f[name], needs_exact=name != "isnan")
 
 
+def _exact_divmod(f):
+    """torch.floor_divide or torch.remainder of floats, computed in float64 and rounded once to the result's dtype.
+    PyTorch's vectorized CPU fmod (which both use) gives NaN where x / y overflows the dtype (3e38 % 0.5 in float32),
+    where its scalar path, C's fmod and glassgrad give the exact remainder; float64 holds that quotient for the
+    smaller dtypes, and a float64 one past its range is left out. (PyTorch rounds each step of a float16 or bfloat16
+    floor division to that dtype: within the tolerance of these, the same whole number below 2**7.)"""
+
+    def ref(a: torch.Tensor | float, b: torch.Tensor | float) -> torch.Tensor:
+        dtype = torch.result_type(a, b)
+        if not dtype.is_floating_point:
+            return f(a, b)
+        # a Python number (x % 0.5, 0.5 % x) takes the result's dtype, as in PyTorch
+        a, b = (v.to(dtype) if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=dtype) for v in (a, b))
+        if dtype == torch.float64:
+            x, y = torch.broadcast_tensors(a.detach(), b.detach())
+            if bool((torch.isfinite(x) & torch.isfinite(y) & (y != 0) & torch.isinf(x / y)).any()):
+                raise Undefined("a float64 quotient past float64's range (PyTorch's vectorized fmod gives NaN)")
+            return f(a, b)
+        return f(a.double(), b.double()).to(dtype)
+
+    return ref
+
+
 # binary ops: glassgrad source pattern, PyTorch function on native dtypes, meaning on a carrier dtype
 ARITH = {
     "add": ("{a} + {b}", torch.add, lambda a, b, d: a + b),
     "sub": ("{a} - {b}", torch.sub, lambda a, b, d: a - b),
     "mul": ("{a} * {b}", torch.mul, lambda a, b, d: a * b),
     "div": ("{a} / {b}", torch.div, None),
-    "floordiv": ("{a} // {b}", torch.floor_divide, lambda a, b, d: udiv(a, b, d, mod=False)),
-    "mod": ("{a} % {b}", torch.remainder, lambda a, b, d: udiv(a, b, d, mod=True)),
+    "floordiv": ("{a} // {b}", _exact_divmod(torch.floor_divide), lambda a, b, d: udiv(a, b, d, mod=False)),
+    "mod": ("{a} % {b}", _exact_divmod(torch.remainder), lambda a, b, d: udiv(a, b, d, mod=True)),
     "pow": ("{a} ** {b}", torch.pow, lambda a, b, d: a**b),
     "maximum": ("{a}.maximum({b})", torch.maximum, lambda a, b, d: unorder(torch.maximum(order(a, d), order(b, d)), d)),
     "minimum": ("{a}.minimum({b})", torch.minimum, lambda a, b, d: unorder(torch.minimum(order(a, d), order(b, d)), d)),

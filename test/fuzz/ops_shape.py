@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from glassgrad import dtypes
 
 from .program import Gen, Spec
-from .reference import CARRIED, TORCH, cast, is_float, is_int, order, unorder, wrap
+from .reference import CARRIED, TORCH, Undefined, cast, is_float, is_int, order, unorder, wrap
 
 
 def _axes(g: Gen, nd: int, k: int | None = None) -> tuple[int, ...]:
@@ -327,9 +327,13 @@ def reduce(g: Gen, name: str) -> Spec | None:
     full = allax if dims is None else dims
     if name in ("sum", "prod", "cumsum"):
         acc = _accumulated(d)
+        along = (full if name == "sum" else dims or 0) if nd else ()
         f = {"sum": lambda t: t.sum(full, **kd) if nd else t, "prod": lambda t: _prod(t, full, keepdim),
              "cumsum": lambda t: t.cumsum(dims or 0) if nd else t}[name]  # fmt: skip
+        f = _order_free(f, along) if name != "prod" else f
         wide = dtypes.int64 if is_int(acc) else acc  # ints accumulate in int64 and wrap to acc's width at the end
+        if name == "prod" and d in (dtypes.float16, dtypes.bfloat16):
+            wide = dtypes.float32  # as glassgrad's (docs), rounded once: PyTorch's rounds each step (60000 * -1.5: inf)
         ref = lambda t: cast(f(cast(t, d, wide)), wide, acc)  # noqa: E731
         feats = ("prod-zero-overflow",) if name == "prod" and is_float(d) and _zero_and_overflow(a.ref, d) else ()
         return Spec(code, (a.name,), ref, acc, keeps_exact=not is_float(d), features=feats)
@@ -350,7 +354,8 @@ def reduce(g: Gen, name: str) -> Spec | None:
         return Spec(code, (a.name,), lambda t: (f(t, full, **kd) if nd else t) != 0, needs_exact=True)
     if name == "mean":
         fl = d if is_float(d) else dtypes.float32  # integer inputs give float32 (docs/tensor.md; PyTorch refuses)
-        return Spec(code, (a.name,), lambda t: cast(t, d, fl).mean(full, **kd) if nd else cast(t, d, fl))
+        mean = _order_free(lambda t: t.mean(full, **kd) if nd else t, full if nd else ())
+        return Spec(code, (a.name,), lambda t: mean(cast(t, d, fl)))
     if name in ("var", "std"):
         corr = 0 if extra else 1
         f = torch.var if name == "var" else torch.std
@@ -362,9 +367,32 @@ def reduce(g: Gen, name: str) -> Spec | None:
         return Spec(code, (a.name,), lambda t: f(t, full, correction=corr, **kd) if nd else f(t, correction=corr),
                     features=feats)  # fmt: skip
     if name == "logsumexp":
-        return Spec(code, (a.name,), lambda t: torch.logsumexp(t, full, **kd) if nd else t)
+        # a 0-d tensor's is log(exp(x)) in PyTorch too, not x: its gradient at -inf is NaN (exp(-inf - -inf))
+        return Spec(code, (a.name,), lambda t: torch.logsumexp(t, full if nd else (), **kd))
     f = torch.softmax if name == "softmax" else torch.log_softmax
     return Spec(code, (a.name,), lambda t: f(t, dims if dims is not None else -1) if nd else f(t, 0))
+
+
+def _order_free(f, axes):
+    """f, refusing (Undefined) a t with a sum over `axes` whose positive and negative terms both add up past the
+    range glassgrad accumulates in (float32 for 16-bit floats): its partial sums overflow to +inf or -inf by the
+    order of its terms, and the sum is +-inf or NaN by that order, PyTorch's pairwise one or glassgrad's."""
+
+    def ref(t: torch.Tensor) -> torch.Tensor:
+        if t.is_floating_point() and axes != () and _overflow_decides(t.detach().double(), axes, t.dtype):
+            raise Undefined("a sum whose partial sums overflow both ways, as its terms' order decides")
+        return f(t)
+
+    return ref
+
+
+def _overflow_decides(terms: torch.Tensor, axes, dtype: torch.dtype) -> bool:
+    """Some sum over `axes` of the float64 `terms` has positive and negative parts both past `dtype`'s accumulator
+    range, not both from an infinite term (inf - inf is NaN in any order)."""
+    big = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max
+    up, down = terms.clamp(min=0).sum(axes), (-terms).clamp(min=0).sum(axes)
+    infinite_both_ways = (terms == math.inf).any(axes) & (terms == -math.inf).any(axes)
+    return bool(((up >= big) & (down >= big) & ~infinite_both_ways).any())
 
 
 def _nearly_constant(t: torch.Tensor, axes) -> bool:
@@ -386,10 +414,30 @@ def _zero_and_overflow(t: torch.Tensor, d) -> bool:
 
 
 def _prod(t: torch.Tensor, axes, keepdim: bool) -> torch.Tensor:
-    axes = axes if isinstance(axes, tuple) else (axes,)
-    for ax in sorted((x % t.ndim for x in axes), reverse=True):
-        t = t.prod(ax, keepdim=keepdim)
-    return t
+    """The product over `axes`, each slice its own torch.prod over every element. PyTorch's gradient of prod(dim)
+    takes its formula by whether any element of the whole input is 0, so a zero in one slice turns another's
+    inf / inf = NaN into the product of the others; of one slice it takes it by that slice, as glassgrad's does.
+    With two zeros in a slice PyTorch multiplies cumulative products in order, where an overflow before a zero
+    gives inf * 0 = NaN and one after it 0: such a slice is left out. A 0-d tensor's is itself (gradient 1)."""
+    if t.ndim == 0:
+        return t
+    axes = sorted({a % t.ndim for a in (axes if isinstance(axes, tuple) else (axes,))})
+    kept = [d for d in range(t.ndim) if d not in axes]
+    m, n = math.prod(t.shape[d] for d in kept), math.prod(t.shape[d] for d in axes)
+    rows = t.permute(*kept, *axes).reshape(m, n)
+    if t.is_floating_point() and any(_order_decides(r) for r in rows.detach()):
+        raise Undefined("a slice of prod with two zeros whose other values' product overflows")
+    out = torch.stack([r.prod() for r in rows]) if m else rows.prod(1)
+    return out.reshape(
+        [1 if d in axes else t.shape[d] for d in range(t.ndim)] if keepdim else [t.shape[d] for d in kept]
+    )
+
+
+def _order_decides(row: torch.Tensor) -> bool:
+    """Two or more zeros, and a product of the other values that may pass the dtype's range (or is inf or NaN)."""
+    rest = row[row != 0].double().abs()
+    growth = float(rest.log2().clamp(min=0).sum())  # the largest any partial product can be, as a power of 2
+    return len(row) - len(rest) >= 2 and not growth < math.log2(torch.finfo(row.dtype).max)
 
 
 def _nan_key(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -412,7 +460,17 @@ def matmul(g: Gen, _n: str) -> Spec | None:
     if is_int(a.dtype):
         dt = TORCH[a.dtype]  # PyTorch's CPU matmul of small ints: through int64, wrapped back to the dtype
         return Spec(f"{a.name} @ {b.name}", (a.name, b.name), lambda x, y: (x.long() @ y.long()).to(dt))
-    return Spec(f"{a.name} @ {b.name}", (a.name, b.name), lambda x, y: x @ y)
+    return Spec(f"{a.name} @ {b.name}", (a.name, b.name), _matmul_order_free)
+
+
+def _matmul_order_free(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x @ y, refusing (Undefined) a dot product whose terms overflow both ways (_order_free): PyTorch's multiply-adds
+    never round a product to inf, glassgrad's may, and their orders differ."""
+    a = x.detach().double() if x.ndim > 1 else x.detach().double().unsqueeze(0)
+    b = y.detach().double() if y.ndim > 1 else y.detach().double().unsqueeze(-1)
+    if _overflow_decides(a.unsqueeze(-1) * b.unsqueeze(-3), -2, x.dtype):
+        raise Undefined("a dot product whose partial sums overflow both ways, as its terms' order decides")
+    return x @ y
 
 
 REDUCTIONS = ("sum", "prod", "max", "min", "mean", "var", "std", "argmax", "argmin", "cumsum", "softmax",
