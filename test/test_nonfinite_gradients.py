@@ -158,6 +158,11 @@ FOUND = {
         [[0.03485, -0.0996, 0.0], [1e-30, 1e-30, 1e-30]],
     ),
     "mish of 3e38": (_both(lambda x: x.mish(), F.mish), [[2.41, 3e38, -2.56]]),
+    "logsumexp with inf and 3e38": (lambda x: x.logsumexp(0), [[1.9, -math.inf, 3e38, math.inf, -3e38, 0.0]]),
+    "logsumexp of a broadcast maximum with 3e38": (
+        lambda x, y: x.reshape(1, 3).maximum(y.reshape(3, 1)).logsumexp((0, 1)),
+        [[3e38, 0.96, 0.15], [1.81, -math.inf, 0.44]],
+    ),
 }
 
 
@@ -177,3 +182,23 @@ def test_the_sign_of_minus_zero_is_plus_zero_as_pytorch(dtype):
     theirs = torch.tensor(values, dtype=DTYPES[dtype][1]).sign()
     np.testing.assert_array_equal(ours.reciprocal().numpy(), theirs.reciprocal().numpy())
     assert x.grad.tolist() == [0.0] * len(values)
+
+
+LOGSUMEXP_ROWS = [[-math.inf, -math.inf, -math.inf], [math.inf, 3e38, 1.0], [3e38, 3e38, -2.0], [-3e38, -3e38, -3e38],
+                  [-math.inf, 1.0, 2.0], [math.nan, 1.0, 0.0], [0.5, -1.0, 2.0]]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("incoming", INCOMING)
+@pytest.mark.parametrize("how", ["rows", "columns of the transpose", "all, kept", "first two rows", "empty rows"])
+def test_logsumexp_gradient_is_pytorchs_g_times_exp_of_x_minus_the_result(how, incoming, dtype):
+    """PyTorch's g * exp(x - logsumexp): 0 for finite x in a slice whose result is +inf (the chain rule gave
+    0 * inf = NaN), 1 for each of two 3e38s whose sum rounded to 3e38 (the chain rule gave softmax's 1/2)."""
+    fns = {
+        "rows": lambda x: x.reshape(7, 3).logsumexp(1),
+        "columns of the transpose": lambda x: x.reshape(7, 3).T.logsumexp(0, keepdim=True),
+        "all, kept": lambda x: x.reshape(7, 3)[:, 2:].logsumexp((0, 1), keepdim=True),
+        "first two rows": lambda x: x.reshape(7, 3)[:2].logsumexp(-1),
+        "empty rows": lambda x: x.reshape(7, 3)[:, :0].logsumexp(1),
+    }
+    _compare(fns[how], [[v for row in LOGSUMEXP_ROWS for v in row]], incoming, dtype)

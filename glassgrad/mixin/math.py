@@ -94,6 +94,11 @@ def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
     return negative.where(-y, y)
 
 
+def _tanh_of_nonnegative(x: Tensor) -> Tensor:
+    """tanh(x) for x >= 0 as 2 * sigmoid(2x) - 1; x itself below 2**-12, where that formula cancels."""
+    return (x < 2.0**-12).where(x, 2 * (2 * x).sigmoid() - 1)
+
+
 def _log1p(y: Tensor) -> Tensor:
     """log(1 + y), accurate for small y: log(u) * y / (u - 1) with u = 1 + y cancels u's rounding error."""
     u = 1 + y
@@ -195,7 +200,8 @@ class MathMixin:
     @_float_math
     def tanh(self: Tensor) -> Tensor:
         """Hyperbolic tangent, 2 * sigmoid(2x) - 1 (finite for every input; x itself below 2**-12)."""
-        return with_gradient((self.abs() < 2.0**-12).where(self, 2 * (2 * self).sigmoid() - 1), self, formula.tanh)
+        # computed on |x| and given x's sign: tanh(-x) is exactly -tanh(x), so tanh(x) + tanh(-x) is 0 (not -1e-8)
+        return with_gradient(_odd(self, _tanh_of_nonnegative), self, formula.tanh)
 
     @_float_math
     def asinh(self: Tensor) -> Tensor:

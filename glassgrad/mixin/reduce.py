@@ -144,10 +144,19 @@ def _log_softmax(x: Tensor, axis: int) -> Tensor:
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
 
-def _logsumexp(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+def _logsumexp_kept(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """log(sum(exp(x))) over `axes` (kept), shifted by the max so exp does not overflow."""
     m = x._reduce(Ops.MAX, axes, True, "logsumexp").detach()
     m = (m.eq(math.inf) | m.eq(-math.inf)).where(0.0, m)  # an all-(-inf) or +inf slice: shifting would give nan
-    out = (x - m).exp().sum(axes, keepdim=True).log() + m
+    return (x - m).exp().sum(axes, keepdim=True).log() + m
+
+
+def _logsumexp(x: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    # PyTorch's gradient g * exp(x - logsumexp): 0 for a finite x where the result is +inf (the chain rule through
+    # the shift gave g / inf * exp(3e38) = 0 * inf = NaN), exp(0) = 1 for each of two 3e38s whose sum rounded
+    out = custom_gradient(
+        _logsumexp_kept(x, axes), (x,), lambda g, x: (g.expand(x.shape) * (x - _logsumexp_kept(x, axes)).exp(),)
+    )
     return out if keepdim else _drop_axes(out, axes)
 
 
