@@ -3,9 +3,8 @@
 PyTorch's CPU variance accumulates float32 in float64 (half and bfloat16 in float32) and takes std's root before
 rounding back, so a std whose variance overflows the dtype is finite (of 3e38 in float32, of 60000 in float16); its
 gradient is PyTorch's formula in the dtype, 2 (x - mean) / (N - correction) (std's times g / (2 std)), none through
-the mean, so values with an inf give +-inf gradients, not NaN everywhere. (With N <= correction and no dim given,
-PyTorch's gradient is g * inf even where x - mean < 0; glassgrad's keeps the formula's sign there, as PyTorch's own
-does with the dims given.)
+the mean, so values with an inf give +-inf gradients, not NaN everywhere; with N <= correction and no dim given, it
+is g * inf (NaN where x equals the mean), as PyTorch's var_backward.
 """
 
 from __future__ import annotations
@@ -101,7 +100,10 @@ def test_values_with_an_inf_or_near_the_dtype_limit_match_pytorch(case, name):
 
 @pytest.mark.parametrize("name", ["var", "std"])
 def test_as_many_or_fewer_values_than_the_correction_match_pytorch(name):
-    _compare(name, [2.0], "float32")  # one value: inf * (x - mean) = inf * 0
+    _compare(name, [2.0], "float32")  # no dim given, N = correction: NaN where x is the mean
+    _compare(name, [2.0, 3.0], "float32", correction=3)  # g * inf, whatever the sign of x - mean
+    _compare(name, [2.0, 3.0, 4.0], "float32", correction=5)
+    _compare(name, math.nan, "bfloat16")
     _compare(name, [[2.0], [5.0]], "float32", dim=1)
     _compare(name, [2.0, 3.0], "float32", dim=0, correction=2)  # 2 / 0 * (x - mean): -inf and inf
     _compare(name, [2.0, 3.0, 5.0], "float32", dim=0, correction=4)  # 2 / -1 * (x - mean)

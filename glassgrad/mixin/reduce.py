@@ -110,13 +110,14 @@ def _in_wider(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
     return fn(x.cast(dtypes.float64)).cast(x.dtype)
 
 
-def _variance(x: Tensor, axes: tuple[int, ...], keepdim: bool, dof: int | float, root: bool) -> Tensor:
+def _variance(x: Tensor, axes: tuple[int, ...], keepdim: bool, dof: int | float, root: bool, whole: bool) -> Tensor:
     """sum((x - mean)^2) / max(0, dof) over `axes` (its square root where `root`), computed wider (`_in_wider`).
 
     The gradient is PyTorch's formula in x's dtype, as PyTorch computes it: 2 / dof * g * (x - mean) (inf / 0 for dof
     0), none through the mean, whose share is 0 but where a value is infinite (x - mean is then +-inf for the finite
     values, their gradient too, where the derived one is NaN everywhere); std's g / (2 std) first (0 where std is 0,
-    and where 2 std overflows the dtype, as in PyTorch)."""
+    and where 2 std overflows the dtype, as in PyTorch). Over no dim given (`whole`) with dof <= 0 it is PyTorch's
+    g * inf, NaN where x equals the mean."""
 
     def value(w: Tensor) -> Tensor:
         var = (w - _mean(w, axes, keepdim=True)).square().sum(axes, keepdim).div(max(0, dof))
@@ -126,10 +127,12 @@ def _variance(x: Tensor, axes: tuple[int, ...], keepdim: bool, dof: int | float,
 
     def rule(g: Tensor, x: Tensor) -> tuple[Tensor]:
         if root:
-            std = _variance(x, axes, keepdim, dof, root)
+            std = _variance(x, axes, keepdim, dof, root, whole)
             g = std.eq(0).where(0, g / (std * 2))
-        g = g.reshape(kept).expand(x.shape)
-        return ((2 / dof if dof else math.inf) * g * (x - x.mean(axes, keepdim=True)),)
+        g, mean = g.reshape(kept).expand(x.shape), x.mean(axes, keepdim=True)
+        if whole and dof <= 0:
+            return (g * x.eq(mean).where(math.nan, math.inf),)
+        return ((2 / dof if dof else math.inf) * g * (x - mean),)
 
     return custom_gradient(_in_wider(x, value), (x,), rule)
 
@@ -237,11 +240,13 @@ class ReduceMixin:
     def _var(self: Tensor, axis: Axis, dim: Axis, keepdim: bool, correction: int | float, unbiased: bool | None,
              op: str, root: bool = False) -> Tensor:  # fmt: skip
         """The variance behind var, std (`root`), var_mean and std_mean; errors name `op`."""
-        axes = _axes(self, _pick_axis(axis, dim, op), op)
+        picked = _pick_axis(axis, dim, op)
+        axes = _axes(self, picked, op)
         if unbiased is not None:
             correction = 1 if unbiased else 0
         dof = product(self.shape[a] for a in axes) - correction
-        return _variance(self._float_input(), axes, keepdim, dof, root)
+        whole = picked is None or self.ndim == 0
+        return _variance(self._float_input(), axes, keepdim, dof, root, whole)
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1, *, dim: Axis = None,
             unbiased: bool | None = None) -> Tensor:  # fmt: skip
