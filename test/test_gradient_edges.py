@@ -160,3 +160,19 @@ def test_a_rule_survives_when_a_tensor_below_it_was_realized():
     t = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
     (t * 1).pow(0.3).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_square_gradient_of_huge_values_stays_finite(dtype: str) -> None:
+    """square is x * x: its gradient g * x + g * x is finite wherever the true 2 * x * g is (PyTorch's x * x), where
+    torch.square's (2 * x) * g overflows first (fuzz seed 4818: x = -3e38, g = -0.0065)."""
+    ours_dtype, torch_dtype = DTYPES[dtype]
+    big = {"float16": 4e4, "float32": 3e38, "float64": 1.5e308}[dtype]
+    xs, gs = [-big, big, 2.0, -0.0], [-0.0065, 0.25, -1.5, 3.0]
+    x = Tensor(xs, dtype=ours_dtype, requires_grad=True)
+    (x.square() * Tensor(gs, dtype=ours_dtype)).sum().backward()
+    tx = torch.tensor(xs, dtype=torch_dtype, requires_grad=True)
+    ((tx * tx) * torch.tensor(gs, dtype=torch_dtype)).sum().backward()
+    ours, theirs = x.grad.numpy(), tx.grad.numpy()
+    assert np.isfinite(theirs).all()
+    _assert_same("square", "gradient", ours, theirs, xs, {"float16": 1e-3}.get(dtype, 1e-6))
