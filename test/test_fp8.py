@@ -36,7 +36,10 @@ def _to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     Older PyTorch (2.11 on the GPU machine) gave NaN past 448; clamping first gives 2.13's bits on either."""
     if dtype is not torch.float8_e4m3fn:
         return t.to(dtype)
-    wide = t.float() if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else t
+    # integers through float64 (exact to 2**53): int32 -2**31 has no int32 abs, so it would pass the clamp unclamped
+    wide = (
+        t.float() if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else t if t.is_floating_point() else t.double()
+    )
     return torch.where(wide.abs() > 448, wide.clamp(-448, 448), wide).to(dtype)  # NaNs as they were
 
 
