@@ -1,6 +1,7 @@
 """glassgrad: a small, lazy deep-learning framework you can read end to end."""
 
-from glassgrad import backends, nn  # noqa: E402  (after Tensor: nn is built on it)
+from glassgrad import amp, backends, nn  # noqa: E402  (after Tensor: nn is built on it)
+from glassgrad.autocast import autocast
 from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_matmul_precision
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
@@ -16,6 +17,8 @@ __all__ = [
     "GlobalCounters",
     "Tensor",
     "TinyJit",
+    "amp",
+    "autocast",
     "backends",
     "dtypes",
     "function",

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import promote_types
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
@@ -251,7 +252,7 @@ def _conv(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[int], paddin
                          f"(groups={groups})")  # fmt: skip
     if out_channels % groups:
         raise ValueError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
-    bias = _conv_bias(x, bias, out_channels, op)
+    x, weight, bias = contraction_operands(x, weight, _conv_bias(x, bias, out_channels, op))  # 16-bit under autocast
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
     pads = _conv_padding(padding, nd, weight.shape[2:], stride, dilation, op)
@@ -274,7 +275,7 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     if channels % groups:
         raise ValueError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
     out_channels = weight.shape[1] * groups
-    bias = _conv_bias(x, bias, out_channels, op)
+    x, weight, bias = contraction_operands(x, weight, _conv_bias(x, bias, out_channels, op))  # 16-bit under autocast
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
     padding = _spatial_arg(padding, nd, op, "padding", minimum=0)

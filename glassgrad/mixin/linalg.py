@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import DType, dtypes, promote_types, to_dtype
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class LinalgMixin:
         x, w = self, _as_tensor(other, self, "matmul")
         if reverse:
             x, w = w, x
+        x, w = contraction_operands(x, w)  # autocast's 16-bit operands, where one is on
         if x.ndim == 0 or w.ndim == 0:
             raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes {x.shape} and {w.shape}")
         result = promote_types(x.dtype, w.dtype)
@@ -140,7 +142,7 @@ class LinalgMixin:
         out = self.matmul(weight.T, dtype=dtype)
         if bias is None:
             return out
-        bias = _as_tensor(bias, self, "linear")
+        (bias,) = contraction_operands(_as_tensor(bias, self, "linear"))  # the output's dtype under autocast
         if not _broadcasts_to(bias.shape, out.shape):
             raise ValueError(f"linear: bias of shape {bias.shape} cannot broadcast to the output shape {out.shape}")
         return out + bias

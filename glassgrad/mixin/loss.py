@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
 from glassgrad.mixin.elementwise import _broadcast_shape
@@ -106,6 +107,7 @@ def _broadcast_weight(value: Any, x: Tensor, op: str, name: str) -> Tensor | Non
 class LossMixin:
     """Tensor methods for losses."""
 
+    @float32_under_autocast
     def cross_entropy(self: Tensor, target: Tensor | None = None, weight: Tensor | None = None,
                       ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0, *,
                       Y: Tensor | None = None) -> Tensor:  # fmt: skip
@@ -130,6 +132,7 @@ class LossMixin:
         loss = -(logp * probs).sum(class_dim)
         return _reduced(loss, reduction)
 
+    @float32_under_autocast
     def nll_loss(self: Tensor, target: Tensor | None = None, weight: Tensor | None = None, ignore_index: int = -100,
                  reduction: str = "mean", *, Y: Tensor | None = None) -> Tensor:  # fmt: skip
         """torch's nll_loss: -input[n, target[n]] for log-probabilities (N, C, *) and class indices (N, *)."""
@@ -143,6 +146,7 @@ class LossMixin:
         target = _index_target(self, target, class_dim, op)
         return _class_index_loss(self._float_input(), target, class_dim, weight, ignore_index, reduction, 0.0, op)
 
+    @float32_under_autocast
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """tinygrad's cross entropy of logits (..., C) (classes last) against class indices Y (...)."""
@@ -174,6 +178,7 @@ class LossMixin:
         loss = -(target * x.log().maximum(-100.0) + (1 - target) * (1 - x).log().maximum(-100.0))
         return _reduced(loss * weight if weight is not None else loss, reduction)
 
+    @float32_under_autocast
     def binary_crossentropy_logits(self: Tensor, target: Tensor | None = None, weight: Tensor | None = None,
                                    reduction: str = "mean", pos_weight: Tensor | None = None, *,
                                    Y: Tensor | None = None) -> Tensor:  # fmt: skip
@@ -196,12 +201,14 @@ class LossMixin:
         """torch's name for binary_crossentropy."""
         return self.binary_crossentropy(target, weight, reduction)
 
+    @float32_under_autocast
     def binary_cross_entropy_with_logits(self: Tensor, target: Tensor, weight: Tensor | None = None,
                                          reduction: str = "mean",
                                          pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
         """torch's name for binary_crossentropy_logits."""
         return self.binary_crossentropy_logits(target, weight, reduction, pos_weight)
 
+    @float32_under_autocast
     def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
         """torch's mse_loss: (x - target)**2, reduced (a weighted mean divides by the sum of the weights)."""
         _check_reduction(reduction, "mse_loss")
@@ -209,6 +216,7 @@ class LossMixin:
                                                   "mse_loss")  # fmt: skip
         return _weighted_reduced(diff * diff, weight, reduction)
 
+    @float32_under_autocast
     def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
         """torch's l1_loss: |x - target|, reduced (a weighted mean divides by the sum of the weights)."""
         _check_reduction(reduction, "l1_loss")
@@ -216,6 +224,7 @@ class LossMixin:
                                                   "l1_loss")  # fmt: skip
         return _weighted_reduced(diff.abs(), weight, reduction)
 
+    @float32_under_autocast
     def smooth_l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """torch's smooth_l1_loss: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta."""
         _check_reduction(reduction, "smooth_l1_loss")
@@ -227,6 +236,7 @@ class LossMixin:
         loss = d if beta == 0 else (d < beta).where(0.5 * diff * diff / beta, d - 0.5 * beta)
         return _reduced(loss, reduction)
 
+    @float32_under_autocast
     def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
                    weight: Tensor | None = None) -> Tensor:  # fmt: skip
         """torch's huber_loss: 0.5 d**2 where |d| < delta, else delta * (|d| - 0.5 delta); a weighted mean is a mean."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
@@ -83,11 +84,13 @@ def _check_momentum(momentum: Any, op: str) -> None:
 class NormMixin:
     """Tensor methods for normalization."""
 
+    @float32_under_autocast
     def layernorm(self: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         """Normalize to zero mean and unit variance over `axis`, without scale or shift (tinygrad's layernorm)."""
         axes = tuple(self._axis(a, "layernorm") for a in ((axis,) if isinstance(axis, int) else axis))
         return _standardized(self._float_input(), axes, eps)[0]
 
+    @float32_under_autocast
     def layer_norm(self: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
                    bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:  # fmt: skip
         """torch's layer_norm: normalize over the last dims `normalized_shape`, then scale by weight and add bias."""
@@ -97,6 +100,7 @@ class NormMixin:
         out = self.layernorm(tuple(range(-len(shape), 0)), eps)
         return _scale_and_shift(out, weight, bias, shape)
 
+    @float32_under_autocast
     def rms_norm(self: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
                  eps: float | None = None) -> Tensor:  # fmt: skip
         """torch's rms_norm: x / sqrt(mean(x**2) + eps) over the last dims, times weight (eps: the dtype's epsilon)."""
@@ -107,6 +111,7 @@ class NormMixin:
         out = x * ((x * x).mean(tuple(range(-len(shape), 0)), keepdim=True) + eps).rsqrt()
         return _scale_and_shift(out, weight, None, shape)
 
+    @float32_under_autocast
     def group_norm(self: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
                    eps: float = 1e-5) -> Tensor:  # fmt: skip
         """torch's group_norm: normalize each group of C/num_groups channels of an (N, C, *) input, per sample."""

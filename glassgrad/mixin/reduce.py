@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import DType, dtypes
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod as product
@@ -318,18 +319,21 @@ class ReduceMixin:
         """The input cast to `dtype` first, as PyTorch's softmax(dtype=); ints become floats."""
         return self.cast(dtype) if dtype is not None else self._float_input()
 
+    @float32_under_autocast
     def softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                 dim: int | None = None) -> Tensor:  # fmt: skip
         """exp(x) / exp(x).sum(dim), along the last dimension unless `dim` (or `axis`) says otherwise."""
         axis = _one_axis(self, _pick_axis(axis, dim, "softmax"), "softmax", default=-1)
         return _in_float32(self._softmax_input(dtype), lambda x: _softmax(x, axis))
 
+    @float32_under_autocast
     def log_softmax(self: Tensor, axis: int | None = None, dtype: DType | str | None = None, *,
                     dim: int | None = None) -> Tensor:  # fmt: skip
         """x - logsumexp(x, dim): the log of softmax, without rounding its small values to zero."""
         axis = _one_axis(self, _pick_axis(axis, dim, "log_softmax"), "log_softmax", default=-1)
         return _in_float32(self._softmax_input(dtype), lambda x: _log_softmax(x, axis))
 
+    @float32_under_autocast
     def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
         """log(exp(x).sum(dim)) without overflow (all dimensions when `dim` is None); -inf over an empty dim."""
         axes = _axes(self, _pick_axis(axis, dim, "logsumexp"), "logsumexp")
