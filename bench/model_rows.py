@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from bench.gpt2 import model_logits, random_weights, torch_logits
 from bench.torch_models import TorchGPT2, TorchResNet
-from glassgrad import Device, Tensor, TinyJit, dtypes, nn
+from glassgrad import Device, Tensor, TinyJit, autocast, dtypes, nn
 from glassgrad.dtype import DType
 from glassgrad.models import gpt2, resnet
 from glassgrad.models.bert import SentenceEncoder
@@ -150,12 +150,14 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
 # ---- training and inference steps, one way for every model ----
 
 
-def glassgrad_train_side(model: Any, optimizer: nn.optim.Optimizer, batches: list[tuple], dtype: DType) -> Side:
-    """A TinyJit training step: cross-entropy of model(x) (classes last) against y, backward, optimizer step."""
+def glassgrad_train_side(model: Any, optimizer: nn.optim.Optimizer, batches: list[tuple], dtype: DType,
+                         mixed: DType | None = None) -> Side:  # fmt: skip
+    """A TinyJit training step: cross-entropy of model(x) (classes last) against y, backward, optimizer step; the
+    forward under autocast(mixed) when `mixed` names a 16-bit dtype."""
 
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
-        with Tensor.train():
+        with Tensor.train(), autocast(dtype=mixed, enabled=mixed is not None):
             optimizer.zero_grad()
             loss = model(x).float().sparse_categorical_crossentropy(y).backward()
             optimizer.step()
@@ -217,9 +219,14 @@ def trainable(model: Any) -> list[Tensor]:
     return [t for t in nn.state.get_parameters(model) if t.requires_grad is not False]
 
 
+def train_dtypes(precision: str) -> tuple[DType, DType | None]:
+    """The weights' dtype and the autocast dtype of a training row: bf16 is mixed precision (fp32 weights)."""
+    return (dtypes.float32, dtypes.bfloat16) if precision == "bf16" else (GLASSGRAD_DTYPES[precision], None)
+
+
 def precision_words(precision: str, training: bool) -> str:
-    if precision == "bf16" and training:  # glassgrad has no autocast: its whole model is bfloat16
-        return "bf16 (PyTorch: autocast, fp32 weights; glassgrad: bf16 weights and activations, fp32 loss)"
+    if precision == "bf16" and training:
+        return "bf16 autocast, fp32 weights and optimizer state (both)"
     return {"fp32": "fp32, TF32 off", "fp16": "fp16 weights and activations", "bf16": "bf16"}[precision]
 
 
@@ -266,11 +273,11 @@ def gpt2_train(setting: Setting, precision: str) -> Plan:
     batches = [
         (t[:, :-1], t[:, 1:]) for t in token_batches(setting.batches, sizes.batch, sizes.seq + 1, cfg.vocab_size)
     ]
-    dtype = GLASSGRAD_DTYPES[precision]
+    dtype, mixed = train_dtypes(precision)
 
     def ours() -> Side:
         model = with_weights(gpt2.GPT2(cfg), weights, dtype)
-        return glassgrad_train_side(model, nn.optim.AdamW(trainable(model), lr=GPT2_LR), batches, dtype)
+        return glassgrad_train_side(model, nn.optim.AdamW(trainable(model), lr=GPT2_LR), batches, dtype, mixed)
 
     def theirs(compiled: bool) -> Side:
         model = torch_with_weights(TorchGPT2(cfg), weights, device)
@@ -335,12 +342,12 @@ def resnet_train(setting: Setting, precision: str, arch: str, cifar_stem: bool) 
     rng = np.random.default_rng(DATA_SEED)
     batches = [(rng.standard_normal((sizes.batch, 3, sizes.image, sizes.image), dtype=np.float32),
                 rng.integers(0, shape["num_classes"], sizes.batch)) for _ in range(setting.batches)]  # fmt: skip
-    dtype = GLASSGRAD_DTYPES[precision]
+    dtype, mixed = train_dtypes(precision)
 
     def ours() -> Side:
         model = with_weights(getattr(resnet, arch)(**shape), weights, dtype)
         optimizer = nn.optim.SGD(trainable(model), lr=RESNET_LR, momentum=RESNET_MOMENTUM)
-        return glassgrad_train_side(model, optimizer, batches, dtype)
+        return glassgrad_train_side(model, optimizer, batches, dtype, mixed)
 
     def theirs(compiled: bool) -> Side:
         model = torch_with_weights(TorchResNet(*blocks, **shape), weights, device)
