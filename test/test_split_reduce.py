@@ -3,11 +3,15 @@ CPU, how large a part of a batch a sum takes at a time (its results: test_conv_b
 
 import numpy as np
 import pytest
+import torch
 
 from glassgrad import Tensor
+from glassgrad.codegen.tensor_cores import match_matmul
 from glassgrad.dtype import dtypes
 from glassgrad.mixin import split_reduce
 from glassgrad.mixin.split_reduce import (
+    LONG_PART,
+    LONG_PARTIALS,
     MIN_PART,
     SPLIT_BELOW,
     SPLIT_FROM,
@@ -15,6 +19,7 @@ from glassgrad.mixin.split_reduce import (
     cache_sized_part,
     split_parts,
 )
+from glassgrad.uop.ops import Ops
 from helpers import needs_gpu
 
 
@@ -28,14 +33,24 @@ from helpers import needs_gpu
         ((SPLIT_FROM - 1,), (0,), None),  # short enough for one block
         ((SPLIT_BELOW, SPLIT_FROM), (1,), None),  # enough outputs to fill the GPU
         ((65537 * 2,), (0,), None),  # no divisor gives enough parts (65537 is prime)
+        ((1 << 19, 1, 1, 1 << 15), (3,), None),  # a contraction's long sum, but outputs enough to fill the GPU
+        # a long contraction into a moderate number of outputs: about LONG_PARTIALS partial results
+        ((256, 1, 64, 64, 32, 32, 3, 3), (0, 4, 5), (0, 32)),  # ResNet-18's 64-channel weight gradient: 56 wanted
+        ((256, 1, 128, 64, 16, 16, 1, 1), (0, 4, 5), (0, 32)),  # a 1x1 shortcut's: parts of LONG_PART terms
+        ((256, 1, 128, 128, 16, 16, 3, 3), (0, 4, 5), (0, 8)),  # 147456 outputs: 14 parts wanted, 8 divide 256
+        ((1024, 1, 768, 3072), (0,), None),  # GPT-2's weight gradients: enough outputs, a short sum
+        ((256, 1, 256, 256, 8, 8, 3, 3), (0, 4, 5), None),  # 589824 outputs fill the GPU as they are
     ],
 )
 def test_where_a_reduction_is_split(shape, axes, expected):
-    found = split_parts(shape, axes)
+    found = split_parts(shape, axes, contraction=len(shape) > 3)
     assert found == expected
     if found is not None:
         axis, parts = found
         assert shape[axis] % parts == 0 and np.prod([shape[a] for a in axes]) // parts >= MIN_PART
+        outputs = np.prod([s for i, s in enumerate(shape) if i not in axes])
+        assert outputs < SPLIT_BELOW or (np.prod([shape[a] for a in axes]) // parts >= LONG_PART and
+                                         parts * outputs <= LONG_PARTIALS)  # fmt: skip
 
 
 def test_off_a_gpu_a_reduction_stays_one_kernel():
@@ -93,3 +108,29 @@ def test_a_sum_in_cache_sized_parts_is_for_the_cpu_only(monkeypatch):
     monkeypatch.setattr(split_reduce, "_has_blocks", lambda device: device == "CUDA")  # no GPU needed to ask
     assert cache_sized_part(512, 124_928, 25_600, dtypes.float32, "CUDA") is None
     assert cache_sized_part(512, 124_928, 25_600, dtypes.float32, ("CPU", "CPU:1")) is None  # sharded: left whole
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.bfloat16])
+@pytest.mark.parametrize("kernel, padding", [(3, 1), (1, 0)])
+def test_a_long_weight_gradient_is_cut_along_the_batch_into_tiled_products(monkeypatch, dtype, kernel, padding):
+    """On a GPU (asked of a CPU tensor here, as a GPU would answer), a convolution's weight gradient over a long
+    batch is two kernels: parts of the batch as a batched tiled product (each part a batch of the product, its sum
+    LONG_PART terms or more), then the parts summed; its values are the one-kernel sum's (PyTorch's)."""
+    monkeypatch.setattr(split_reduce, "_has_blocks", lambda device: True)
+    rng = np.random.default_rng(2)
+    xs, ws = rng.standard_normal((128, 16, 16, 16)), rng.standard_normal((128, 16, kernel, kernel))
+    gs = rng.standard_normal((128, 128, 16, 16))
+    x = Tensor(xs.astype(np.float32)).cast(dtype).requires_grad_()
+    w = Tensor(ws.astype(np.float32)).cast(dtype).requires_grad_()
+    (x.conv2d(w, padding=padding).float() * Tensor(gs.astype(np.float32))).sum().backward()
+    stages = [i.ast for i in w.grad.schedule() if i.ast.op is Ops.SINK]
+    products = [mm for mm in map(match_matmul, stages) if mm is not None]
+    assert len(products) == 1 and products[0].batch > 1 and products[0].k >= LONG_PART
+    assert products[0].batch * products[0].k == 128 * 16 * 16  # the parts cover the batch and the positions
+    # the reference in float64 from the operands the product multiplies: 16-bit x and output gradient where 16-bit
+    rounded = lambda a: torch.tensor(a, dtype=torch.float32).to(torch.bfloat16 if dtype == dtypes.bfloat16 else
+                                                                torch.float32).double()  # noqa: E731  # fmt: skip
+    tx, tw = rounded(xs).requires_grad_(), rounded(ws).requires_grad_()
+    (torch.nn.functional.conv2d(tx, tw, padding=padding) * rounded(gs)).sum().backward()
+    want = tw.grad.numpy()
+    np.testing.assert_allclose(w.grad.float().numpy(), want, rtol=1e-2, atol=1e-4 * np.abs(want).max())

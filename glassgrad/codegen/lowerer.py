@@ -62,21 +62,32 @@ def index_dtype(ast: UOp) -> DType:
     return IDX
 
 
-def _axes_of_view(node: UOp) -> tuple[int | None, ...] | None:
-    """For a VIEW over an expression that only permutes and expands it: for each of the expression's dims, the
-    view's dim that indexes it (None for size 1). Such a view needs no flat index, however large its shape."""
+def _axes_of_view(node: UOp) -> tuple[tuple[tuple[int, int], ...], ...] | None:
+    """For a VIEW over an expression that permutes, expands and splits its dims (a reshape that cuts a dim in parts,
+    as a two-stage sum cuts its batch): for each of the expression's dims, the view's dims that index it, each with
+    its weight. Such a view needs no flat index (whose divisions the simplifier cannot undo), however large it is."""
     src = node.src[0]
     if src.op is Ops.CONST or len(node.arg.views) != 1:
         return None
     view = node.arg.views[0]
     if view.mask is not None or view.offset != 0:
         return None
-    by_stride = {(st, s): j for j, (s, st) in enumerate(zip(view.shape, view.strides, strict=True)) if st != 0}
-    axes, stride = [], 1
+    moving = [(j, s, st) for j, (s, st) in enumerate(zip(view.shape, view.strides, strict=True)) if st != 0 and s > 1]
+    axes, stride, used = [], 1, 0
     for size in reversed(src.shape):
-        axes.append(None if size == 1 else by_stride.pop((stride, size), -1))
-        stride *= size
-    return None if by_stride or -1 in axes else tuple(reversed(axes))
+        parts = sorted(
+            ((j, st // stride), s) for j, s, st in moving if st % stride == 0 and stride <= st < stride * size
+        )
+        weight = 1
+        for (_, w), s in sorted(parts, key=lambda p: p[0][1]):
+            if w != weight:  # the parts must tile the dim exactly, innermost first
+                return None
+            weight *= s
+        if weight != size and parts:
+            return None
+        axes.append(tuple(p for p, _ in parts))
+        used, stride = used + len(parts), stride * size
+    return tuple(reversed(axes)) if used == len(moving) else None
 
 
 def _fits_int32(views) -> bool:
@@ -135,8 +146,8 @@ class Lowerer:
     def _lower_view(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
         """A view over an expression: index the expression through the view; outside its mask it is 0."""
         src, axes = node.src[0], _axes_of_view(node)
-        if axes is not None:  # a permute/expand: index the expression directly, no flat index in between
-            return self.value(src, tuple(UOp.const(self.idx_dtype, 0) if j is None else idxs[j] for j in axes))
+        if axes is not None:  # a permute/expand/split: index the expression directly, no flat index in between
+            return self.value(src, tuple(self._weighted(idxs, parts) for parts in axes))
         inner_idxs, valid = node.arg.indices_in(list(idxs), src.shape)  # right where the view is valid
         if src.op is Ops.CONST:
             return src if _is_true(valid) else valid.where(src, src.const_like(0))
@@ -144,6 +155,11 @@ class Lowerer:
         if _is_true(valid):
             return inner
         return valid.where(guard_loads(inner, valid, _may_read_outside), inner.const_like(0))
+
+    def _weighted(self, idxs: tuple[UOp, ...], parts: tuple[tuple[int, int], ...]) -> UOp:
+        """sum(idxs[j] * weight) over the parts, 0 for none."""
+        terms = [idxs[j] if w == 1 else idxs[j] * w for j, w in parts]
+        return functools.reduce(lambda a, b: a + b, terms) if terms else UOp.const(self.idx_dtype, 0)
 
     def _unroll(self, node: UOp, axis: int) -> int:
         return self.unroll.get(axis, 1) if node is self.unrolled else 1

@@ -225,16 +225,18 @@ def match_matmul(ast: UOp) -> Matmul | None:
     if reduce.dtype not in MULTIPLY_DTYPES or not _int32_indices(ast, reduce):
         return None
     k_axes, shape, idx = tuple(sorted(reduce.arg[1])), reduce.src[0].shape, dtypes.int32
-    factors = _factors(_exact_product(reduce.src[0]))
-    if prod(shape) == 0 or prod(shape[a] for a in k_axes) < 2 or len(factors) < 2 or \
-            any(f.dtype not in MULTIPLY_DTYPES for f in factors):  # fmt: skip
+    if prod(shape) == 0 or prod(shape[a] for a in k_axes) < 2:
         return None
     at = _position(shape, idx)
-    try:
-        lowerer = Lowerer(0, idx_dtype=idx)
-        lowered = {f: simplify(lowerer.value(f, at)) for f in factors}
+    try:  # the factors of the summed value as the kernel computes it: a view over the product (a two-stage sum's
+        # reshape, splitting the batch into parts) is indexed through, down to the loads
+        product = simplify(Lowerer(0, idx_dtype=idx).value(_exact_product(reduce.src[0]), at))
     except NotImplementedError:
         return None
+    factors = _factors(_exact_product(product))
+    if len(factors) < 2 or any(f.dtype not in MULTIPLY_DTYPES for f in factors):
+        return None
+    lowered = {f: f for f in factors}
     if (sides := _sides(shape, k_axes, factors, {f: _axes_read(v) for f, v in lowered.items()})) is None:
         return None
     a_factors, b_factors, m_axes, n_axes, batch_axes = sides
