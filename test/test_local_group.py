@@ -192,6 +192,9 @@ def test_heuristics_group_a_whole_sum_and_leave_other_kernels_to_one_thread_each
     # a row sum of 768 half floats into 4096 rows (LayerNorm's statistics): 768 terms, though an UNROLL of 8 leaves 96
     rows = Tensor.empty(4096, 768, dtype=dtypes.half, device="CPU")
     assert Opt("GROUP", 1, GROUP_THREADS) in opts_of(rows.float().sum(axis=1))
+    # many rows of 256 (attention's softmax at T=256): a warp a row, each lane one unrolled step of 8
+    scores = Tensor.empty(4, 12, 256, 256, device="CPU")
+    assert Opt("GROUP", 1, 32) in opts_of(scores.max(axis=-1))  # its axes merged: (12288, 256)
 
 
 def test_a_candidate_that_fails_to_launch_is_timed_as_never_finishing(monkeypatch):
