@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import DType, dtypes
 from glassgrad.gradient import custom_gradient
 from glassgrad.mixin.small_tensors import _arange, _masked_sum
+from glassgrad.shape import ShapeError
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import Ops, UOp
 
@@ -52,18 +53,21 @@ def take_along(x: Tensor, dim: int, index: Tensor) -> Tensor:
 
 def index_add(t: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any) -> Tensor:
     """t with alpha * source's slice i along dim added to t's slice index[i], as torch.index_add."""
-    if not isinstance(index, type(t)) or not dtypes.is_int(index.dtype) or index.ndim > 1:
-        got = f"{index.dtype} tensor of {index.ndim} dims" if isinstance(index, type(t)) else type(index).__name__
-        raise TypeError(f"index_add: index must be a 1-d integer tensor, got a {got}")
-    if not isinstance(source, type(t)) or source.dtype != t.dtype:
-        got = source.dtype if isinstance(source, type(t)) else type(source).__name__
-        raise TypeError(f"index_add: source must be a tensor of the tensor's dtype {t.dtype}, got {got}")
+    for name, arg in (("index", index), ("source", source)):
+        if not isinstance(arg, type(t)):
+            raise TypeError(f"index_add: {name} must be a Tensor, got {type(arg).__name__}")
+    if not dtypes.is_int(index.dtype):  # the classes PyTorch raises
+        raise RuntimeError(f"index_add: index must be an integer tensor, got {index.dtype}")
+    if index.ndim > 1:
+        raise IndexError(f"index_add: index must be a vector (0-d or 1-d), got shape {index.shape}")
+    if source.dtype != t.dtype:
+        raise RuntimeError(f"index_add: source has dtype {source.dtype} but the tensor has {t.dtype}; they must match")
     if t.ndim == 0:
         return index_add(t.reshape(1), 0, index, source.reshape(-1), alpha).reshape(())
     dim = t._axis(dim, "index_add")
     expected = t.shape[:dim] + (index.numel(),) + t.shape[dim + 1 :]
     if source.shape != expected:
-        raise ValueError(f"index_add: source has shape {source.shape} but must be {expected}: the tensor's {t.shape} "
+        raise ShapeError(f"index_add: source has shape {source.shape} but must be {expected}: the tensor's {t.shape} "
                          f"with dim {dim} as long as index ({index.numel()})")  # fmt: skip
     size = t.shape[dim]
     index = checked_index(index.reshape(-1), size, out_of_bounds("index_add", dim, size), broadcast_shape=source.shape)
