@@ -6,9 +6,8 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
-from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
-from glassgrad.mixin.scatter_add import scatter_add
+from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -252,7 +251,9 @@ class _AdvancedIndex:
             self.kept_shape + (1,) * len(self.index_shape) + (self.total,)).permute(order)  # fmt: skip
         onehot = self.flat.unsqueeze(-1) == _arange(self.total, y)
         onehot = onehot.reshape((1,) * kept + self.index_shape + (self.total,)).permute(order)
-        return custom_gradient(_masked_sum(onehot, lined_up, -1), (y,), lambda g, y: (self._scatter_gradient(g, y),))
+        return with_scatter_gradient(
+            _masked_sum(onehot, lined_up, -1), y, prod(self.index_shape), self._scatter_gradient
+        )
 
     def _scatter_gradient(self, g: Tensor, y: Tensor) -> Tensor:
         """gather's gradient: g (of the result's shape) added into zeros of y's shape where the index read (a place

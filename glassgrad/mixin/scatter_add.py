@@ -9,6 +9,7 @@ the one-hot sum's own (a sum over every index for each row of the table: 52 of G
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes
@@ -48,7 +49,14 @@ def take_along(x: Tensor, dim: int, index: Tensor) -> Tensor:
     part = x.shrink(tuple(None if d == dim else (0, index.shape[d]) for d in range(x.ndim)))
     onehot = index.unsqueeze(-1) == _arange(x.shape[dim], x)
     out = _masked_sum(onehot, part.unsqueeze(-1).transpose(dim, -1), -1)  # dim moved last, size 1 where it was
-    return custom_gradient(out, (x,), lambda g, x: (scatter_add(x.zeros_like(), dim, index, g),))
+    return with_scatter_gradient(out, x, index.shape[dim], lambda g, x: scatter_add(x.zeros_like(), dim, index, g))
+
+
+def with_scatter_gradient(out: Tensor, x: Tensor, reads: int, gradient: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+    """`out`, a one-hot lookup of `x` where `reads` lookups pick along each line of x, with `gradient(g, x)` (a
+    scatter-add) as x's gradient. With one lookup a line the one-hot sum's own gradient is a select, which fuses into
+    its readers, and stays: with more it sums over the lookups for each element of x."""
+    return out if reads <= 1 else custom_gradient(out, (x,), lambda g, x: (gradient(g, x),))
 
 
 def index_add(t: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any) -> Tensor:
