@@ -213,6 +213,19 @@ def test_indices_outside_raise_naming_the_op(device, bad):
                 rf"scatter_reduce: index {bad} is out of bounds for dimension 0 with size 3")  # fmt: skip
 
 
+def test_an_index_is_tested_in_its_own_dtype(device):
+    """An int64 index past 2**32 raises and writes nowhere (cast to 32 bits it would name row 1); an int8 index is
+    tested below 0 only where the rows are more than it can reach, and a uint8 one not at all there."""
+    raises_like(lambda: torch.zeros(3).index_add(0, torch.tensor([2**32 + 1]), torch.ones(1)),
+                lambda: Tensor.zeros(3).index_add(0, Tensor([2**32 + 1], dtype=dtypes.int64), Tensor.ones(1)).tolist(),
+                r"index_add: index 4294967297 is out of bounds for dimension 0 with size 3")  # fmt: skip
+    raises_like(lambda: torch.zeros(300).index_add(0, torch.tensor([-1], dtype=torch.int8), torch.ones(1)),
+                lambda: Tensor.zeros(300).index_add(0, Tensor([-1], dtype=dtypes.int8), Tensor.ones(1)).tolist(),
+                r"index_add: index -1 is out of bounds for dimension 0 with size 300")  # fmt: skip
+    added = Tensor.zeros(300).index_add(0, Tensor([255, 0, 255], dtype=dtypes.uint8), Tensor([1.0, 2.0, 3.0]))
+    assert added.tolist() == [2.0] + [0.0] * 254 + [4.0] + [0.0] * 44
+
+
 # ---- kernels ----
 
 

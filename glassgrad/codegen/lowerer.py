@@ -299,9 +299,7 @@ class OutputLoops:
         if sequential is not None:  # innermost, and not an output loop: no thread splits it (outer_output_loop)
             if any(axis == sequential for axis, _, _ in tiles):
                 raise ValueError(f"TILE({sequential}, ...): the scatter's axis {sequential} runs in one loop here")
-            loops = [loop for loop in loops if loop[0] != sequential] + [
-                loop for loop in loops if loop[0] == sequential
-            ]
+            loops.sort(key=lambda loop: loop[0] == sequential)  # (a stable sort: the others keep their order)
         self.ranges = [(axis, make_range(i, size, idx_dtype), stride) for i, (axis, size, stride) in enumerate(loops)]
         self.vector = vector
         self.vector_lane = lane_var(vector.amount, idx_dtype) if vector is not None and vector.op == "UPCAST" else None

@@ -89,9 +89,8 @@ class GatherMixin:
             if d != dim and i > s:
                 raise ValueError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
                                  f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
-        return take_along(
-            self, dim, checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
-        )
+        index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
+        return take_along(self, dim, index)
 
     def _take_along(self, dim: int, index: Tensor) -> Tensor:
         """gather without checking index (SCATTER_ADD's derivative, gradient.py: its index was checked)."""
