@@ -173,6 +173,16 @@ def test_index_add_in_place_writes_the_tensor_like_torch(device):
     assert x.tolist() == want.tolist()
 
 
+def test_index_add_in_place_refuses_a_tensor_autograd_tracks_like_torch():
+    error = torch_error(lambda: torch.zeros(3, requires_grad=True).index_add_(0, torch.tensor([0]), torch.ones(1)))
+    with pytest.raises(type(error), match="index_add_: this tensor or source requires grad"):
+        Tensor.zeros(3, requires_grad=True).index_add_(0, Tensor([0]), Tensor.ones(1))
+    x = Tensor.zeros(3, requires_grad=True)
+    with Tensor.no_grad():
+        x.index_add_(0, Tensor([0, 0]), Tensor.ones(2))
+    assert x.tolist() == [2.0, 0.0, 0.0]
+
+
 def test_index_add_of_no_index_is_the_tensor(device):
     x = Tensor([[1.0, 2.0]])
     assert x.index_add(0, Tensor([], dtype=dtypes.int32), Tensor.zeros(0, 2)).tolist() == [[1.0, 2.0]]

@@ -150,8 +150,14 @@ class GatherMixin:
         return index_add(self, dim, index, source, alpha)
 
     def index_add_(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
-        """index_add written into this tensor (an assign)."""
-        return self.assign(index_add(self, dim, index, source, alpha))
+        """index_add written into this tensor (an assign); not on a tensor autograd tracks."""
+        added = index_add(self, dim, index, source, alpha)
+        if added.requires_grad:  # an assign ends autograd's graph: the gradient would not flow through it
+            raise RuntimeError(
+                "index_add_: this tensor or source requires grad, and an in-place write would cut the "
+                "gradient; use index_add (out of place), or write inside `with Tensor.no_grad():`"
+            )
+        return self.assign(added)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """value where mask is true, else self (mask broadcasts with self)."""
