@@ -183,6 +183,18 @@ def test_index_add_in_place_refuses_a_tensor_autograd_tracks_like_torch():
     assert x.tolist() == [2.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("where", ["index", "source"])
+def test_a_scatter_from_another_device_is_refused(where):
+    """Its kernel would read the other device's buffer as its own (a CPU kernel given a PYTHON bytearray crashed)."""
+    index, source = Tensor([0], device="PYTHON" if where == "index" else "CPU"), Tensor.ones(1, device="CPU")
+    source = source.to("PYTHON") if where == "source" else source
+    with pytest.raises(ValueError, match=f"index_add: {'src' if where == 'source' else where} is on PYTHON but the "
+                                         "tensor is on CPU"):  # fmt: skip
+        Tensor.zeros(3, device="CPU").index_add(0, index, source)
+    with pytest.raises(ValueError, match="scatter_reduce: .* is on PYTHON but the tensor is on CPU"):
+        Tensor.zeros(3, device="CPU").scatter_reduce(0, index, source, "sum")
+
+
 def test_index_add_of_no_index_is_the_tensor(device):
     x = Tensor([[1.0, 2.0]])
     assert x.index_add(0, Tensor([], dtype=dtypes.int32), Tensor.zeros(0, 2)).tolist() == [[1.0, 2.0]]

@@ -46,7 +46,7 @@ def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tenso
 def _scatter_sum(t: Tensor, dim: int, index: Tensor, src: Tensor, mean: bool, include_self: bool) -> Tensor:
     """scatter_reduce's sum or mean: scatter-adds of src and, for a mean or without self, of the count of each place."""
     index = checked_index(index, t.shape[dim], out_of_bounds("scatter_reduce", dim, t.shape[dim]))
-    total = scatter_add(t if include_self else t.zeros_like(), dim, index, src)
+    total = scatter_add(t if include_self else t.zeros_like(), dim, index, src, "scatter_reduce")
     if not mean and include_self:
         return total
     ones = type(t).ones(index.shape, dtype=dtypes.int32, device=t.device)

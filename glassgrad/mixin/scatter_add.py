@@ -31,10 +31,13 @@ def _accumulator(dtype: DType) -> DType:
     return dtypes.float32 if dtypes.is_float(dtype) else dtypes.uint32 if dtypes.is_unsigned(dtype) else dtypes.int32
 
 
-def scatter_add(base: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+def scatter_add(base: Tensor, dim: int, index: Tensor, src: Tensor, op: str = "scatter_add") -> Tensor:
     """base with each src[i] added at index[i] along dim (i any position of index): out[index[i][j]][j] += src[i][j]
     for dim=0. index and src have one shape, no larger than base's along the other dims; the caller checks index
     (tensor_checks.checked_index: a place outside dim raises, naming the op)."""
+    for name, t in (("index", index), ("src", src)):
+        if t.device != base.device:  # a kernel reads every buffer on its own device
+            raise ValueError(f"{op}: {name} is on {t.device} but the tensor is on {base.device}; move it with .to()")
     if index.numel() == 0:
         return base
     wide = _accumulator(base.dtype)
@@ -80,4 +83,5 @@ def index_add(t: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any) ->
     size = t.shape[dim]
     index = checked_index(index.reshape(-1), size, out_of_bounds("index_add", dim, size), broadcast_shape=source.shape)
     index = index.reshape(tuple(-1 if d == dim else 1 for d in range(t.ndim))).expand(source.shape)
-    return scatter_add(t, dim, index, source if isinstance(alpha, (int, float)) and alpha == 1 else source * alpha)
+    added = source if isinstance(alpha, (int, float)) and alpha == 1 else source * alpha
+    return scatter_add(t, dim, index, added, "index_add")
