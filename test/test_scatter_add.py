@@ -14,7 +14,7 @@ from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.uop.ops import Ops
-from helpers import needs_nvrtc
+from helpers import needs_gpu, needs_nvrtc
 from test_device_checks import raises_like, torch_error
 from test_tensor_cores import _compile
 
@@ -267,11 +267,13 @@ def test_cpu_threads_never_split_the_scatters_axis():
     assert lowered.arg == 1  # one output loop; the scatter's own follows it
 
 
-def test_threads_adding_into_one_place_all_count(on_the_cpu):
-    """A million ones added into two places, on as many threads as the CPU has: none is lost."""
-    ones = Tensor.ones(1 << 20, 2).contiguous().realize()
-    ids = Tensor.zeros(1 << 20, dtype=dtypes.int32).contiguous().realize()
-    assert Tensor.zeros(3, 2).index_add(0, ids, ones).tolist() == [[2.0**20] * 2, [0.0] * 2, [0.0] * 2]
+@pytest.mark.parametrize("where", ["CPU", pytest.param("CUDA", marks=needs_gpu)])
+def test_threads_adding_into_one_place_all_count(where):
+    """A million ones added into two places, on as many CPU threads or GPU threads as there are: none is lost."""
+    ones = Tensor.ones(1 << 20, 2, device=where).contiguous().realize()
+    ids = Tensor.zeros(1 << 20, dtype=dtypes.int32, device=where).contiguous().realize()
+    added = Tensor.zeros(3, 2, device=where).index_add(0, ids, ones)
+    assert added.tolist() == [[2.0**20] * 2, [0.0] * 2, [0.0] * 2]
 
 
 def test_cuda_adds_atomically_in_the_types_atomicadd_takes():
