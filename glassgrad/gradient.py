@@ -113,6 +113,8 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.CONTIGUOUS: lambda g, node, x, *unique_and_out: (g, None),
     Ops.COPY: lambda g, node, x, dev, out: (g.to(x.device), None),
     Ops.REDUCE_AXIS: lambda g, node, x, out: _reduce_grad(g, node, x, out),
+    # base's gradient is g; src's is g read at the places each element was added to
+    Ops.SCATTER_ADD: lambda g, node, base, index, src, out: (g, None, g._take_along(node.arg, index)),
     Ops.RESHAPE: lambda g, node, x, out: (g.reshape(x.shape),),
     Ops.PERMUTE: lambda g, node, x, out: _unpermute(g, node),
     Ops.EXPAND: lambda g, node, x, out: _unexpand(g, x),

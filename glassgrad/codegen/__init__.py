@@ -8,7 +8,7 @@ from glassgrad.codegen.checks import checks_of, keep_dropped_checks, passed_chec
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.linearize import linearize
-from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel
+from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel, scatter_store
 from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
 from glassgrad.codegen.tensor_cores import tensor_core_kernel, tensor_core_opts
 from glassgrad.codegen.vectorize import vectorize
@@ -57,7 +57,8 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
         where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
         raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {where}")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
-    lowered, simplify = lower_kernel(ast, opts, vector_lanes), symbolic + collapse_gathers + passed_checks
+    atomics = renderer is not None and renderer.atomic_adds
+    lowered, simplify = lower_kernel(ast, opts, vector_lanes, atomics), symbolic + collapse_gathers + passed_checks
     sink = keep_dropped_checks(lowered, graph_rewrite(lowered, simplify), simplify)
     if renderer is not None and renderer.dialect is not None:
         sink = graph_rewrite(sink, renderer.dialect)
@@ -99,11 +100,13 @@ def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
 
 
 def kernel_name(ast: UOp, opts: tuple[Opt, ...] = (), color: bool = False) -> str:
-    """E_ for elementwise kernels and r_ for reductions, then the loop sizes and lanes: E_4, r_16_32, r_64_8_512_16_4.
+    """E_ for elementwise kernels, r_ for reductions and S_ for scatters (scatter_store), then the loop sizes and lanes:
+    E_4, r_16_32, r_64_8_512_16_4, S_1024_64.
 
     With color, each size is coloured by kind (NAME_COLORS); the plain name is the C function's."""
     parts = name_parts(ast, opts)
     prefix = "r" if any(node.op is Ops.REDUCE_AXIS for node in ast.toposort()) else "E"
+    prefix = "S" if any(scatter_store(s) for s in ast.src) else prefix
     sizes = [colored(str(s), *NAME_COLORS[kind]) if color else str(s) for s, kind in parts] or ["1"]
     return f"{prefix}_" + "_".join(sizes)
 
@@ -125,6 +128,8 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
             trips = stack.pop()
         elif u.op is Ops.LOAD or u.op is Ops.STORE and not records_failure(u):
             mem += trips * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
+            if u.op is Ops.STORE and u.arg is Ops.ADD:  # adds into memory: reads it too, and adds
+                mem, ops = mem + trips * u.src[1].dtype.itemsize, ops + trips * u.src[1].dtype.count
         elif u.op in GroupOp.ALU and u not in indexing:
             ops += trips * u.dtype.count * (2 if u.op is Ops.MULACC else 1)  # a fused multiply-add is two
     return ops, mem

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from glassgrad.codegen.gather import collapse_gathers
-from glassgrad.codegen.lowerer import lower_kernel
+from glassgrad.codegen.lowerer import lower_kernel, scatter_store
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import L2_BUDGET, prod
 from glassgrad.uop.ops import Ops, UOp
@@ -76,7 +76,7 @@ def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
     """Every load and store of the kernel lowered without opts, with its step along each loop; and that lowered
     kernel (for `_live_loops`)."""
     found = []
-    sink = simplify(lower_kernel(ast))
+    sink = simplify(lower_kernel(ast, atomics=True))  # (a scatter's loops in order too: loop i is axis i)
     for node in sink.toposort():
         if node.op not in (Ops.LOAD, Ops.STORE):
             continue
@@ -166,6 +166,9 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
+    if scatter_store(ast.src[0]):  # vector lanes where its rows are contiguous; a GPU's threads take an element each
+        vector = None if has_local else _vector_axis(ast, _accesses(ast)[0], vector_lanes)
+        return [vector] if vector is not None else []
     accesses, sink = _accesses(ast)
     opts = _register_opts(ast, vector_lanes, accesses)
     if has_local and (window := _window_opts(ast, accesses)) is not None:

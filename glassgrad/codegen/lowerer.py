@@ -12,6 +12,7 @@ from glassgrad.dtype import DType, PtrDType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import bounds
+from glassgrad.uop.view import View
 
 IDX = dtypes.int  # index arithmetic is int32
 
@@ -59,6 +60,8 @@ def index_dtype(ast: UOp) -> DType:
     for node in ast.toposort():
         if node.op is Ops.VIEW and not _fits_int32(node.arg.views) and (not node.src or _axes_of_view(node) is None):
             return dtypes.int64  # a load's or store's view (no source), or one that forms a flat index
+        if node.op is Ops.STORE and scatter_store(node) and prod(node.arg[2]) >= 2**31:
+            return dtypes.int64  # a scatter's addresses span its whole buffer
     return IDX
 
 
@@ -286,7 +289,7 @@ class OutputLoops:
     runs before every other output loop: threads split it, and each tile's inputs stay in cache."""
 
     def __init__(self, shape: tuple[int, ...], opts: tuple[Opt, ...], vector: Opt | None, idx_dtype: DType,
-                 threads: list[UOp | None] | None = None):  # fmt: skip
+                 threads: list[UOp | None] | None = None, sequential: int | None = None):  # fmt: skip
         self.main = [(size, 1) for size in shape]
         tiles: list[tuple[int, int, int]] = []  # (axis, size, stride)
         self.lanes: list[tuple[int, int, int, Opt]] = []  # (axis, amount, stride, opt)
@@ -309,10 +312,15 @@ class OutputLoops:
                 tiles.append((o.axis, size // o.amount, stride * o.amount))
                 self.main[o.axis] = (o.amount, stride)
         loops = tiles + [(axis, size, stride) for axis, (size, stride) in enumerate(self.main)]
+        if sequential is not None:  # innermost, and not an output loop: no thread splits it (outer_output_loop)
+            if any(axis == sequential for axis, _, _ in tiles):
+                raise ValueError(f"TILE({sequential}, ...): the scatter's axis {sequential} runs in one loop here")
+            loops.sort(key=lambda loop: loop[0] == sequential)  # (a stable sort: the others keep their order)
         self.ranges = [(axis, make_range(i, size, idx_dtype), stride) for i, (axis, size, stride) in enumerate(loops)]
         self.vector = vector
         self.vector_lane = lane_var(vector.amount, idx_dtype) if vector is not None and vector.op == "UPCAST" else None
-        self.n_loops = len(loops)
+        self.n_ranges = len(loops)
+        self.n_loops = len(loops) - (sequential is not None)  # the loops whose iterations write apart
 
     def indices(self) -> list[tuple[UOp, ...]]:
         """The output index of each axis, once per combination of scalar lanes (the vector lane stays a variable)."""
@@ -347,12 +355,16 @@ def check_kernel_ast(ast: object, caller: str) -> None:
         raise ValueError(f"{caller}: expected {expected}; got {got}{why if ast.op is Ops.COPY else ''}")
 
 
-def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, ...] = ()) -> UOp:
+def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, ...] = (), atomics: bool = False
+                 ) -> UOp:  # fmt: skip
     """SINK(STORE(buffer, VIEW, value)...) -> SINK of stores into INDEXed buffers inside RANGE loops.
 
     UPCAST opts split an output axis into a loop and lanes: each lane gets its own store (and accumulator). The
     first UPCAST or UNROLL whose amount is in `vector_lanes` becomes a lane variable instead, which the vectorizer
-    turns into vector operations. The SINK's arg records how many output loops there are."""
+    turns into vector operations. The SINK's arg records how many output loops there are (loops whose iterations
+    write apart, which threads may split). A scatter's store (`scatter_store`) adds into its buffer; its axis, along
+    which elements may add into one place, is one of those loops only with `atomics` (the renderer adds atomically),
+    else an inner loop of its own."""
     check_kernel_ast(ast, "lower_kernel")
     # every buffer stays a kernel argument, even one no value needs (an empty input, an empty output)
     stores: list[UOp] = sorted((n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL), key=lambda n: n.arg)
@@ -362,20 +374,44 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, 
     idx_dtype = index_dtype(ast)
     vector = vector_opt(opts, vector_lanes)
     threads = thread_vars(opts, idx_dtype)
-    loops = OutputLoops(shape, opts, vector, idx_dtype, threads)
+    sequential = next((s.arg[1] for s in ast.src if scatter_store(s)), None) if not atomics else None
+    loops = OutputLoops(shape, opts, vector, idx_dtype, threads, sequential)
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     group = _grouped_axes(ast, opts, threads)
     vector_unroll = vector.axis if vector is not None and vector.op == "UNROLL" else None
-    lowerer = Lowerer(loops.n_loops, unroll, main_reduce(ast), idx_dtype, vector_unroll, group)
+    lowerer = Lowerer(loops.n_ranges, unroll, main_reduce(ast), idx_dtype, vector_unroll, group)
     for idxs in loops.indices():
         for store in ast.src:
-            buf, view, value = store.src
-            idx, valid = view.arg.to_indexed(list(idxs))
+            buf, view, value = store.src[:3]
+            idx, valid = _scatter_address(store, idxs, lowerer) if scatter_store(store) else view.arg.to_indexed(idxs)
             for thread in group.values():  # after the combine every thread of a group holds the result: one stores
                 valid = thread < 1 if _is_true(valid) else valid & (thread < 1)
             index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
-            stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs))))
+            added = Ops.ADD if scatter_store(store) else None  # a STORE whose arg is ADD adds into the buffer
+            stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs)), added))
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=loops.n_loops)
+
+
+def scatter_store(store: UOp) -> bool:
+    """A kernel AST's STORE(buffer, VIEW, value, index) with arg (ADD, axis, the buffer's shape): for each element of
+    the view's shape it adds the value into the buffer at that element's position with `index` along `axis`."""
+    return len(store.src) == 4
+
+
+def _scatter_address(store: UOp, idxs: tuple[UOp, ...], lowerer: Lowerer) -> tuple[UOp, UOp]:
+    """The address a scatter's store adds into at `idxs`, and where it may: an index outside the axis writes nowhere
+    (its CHECK reports it)."""
+    _, axis, shape = store.arg
+    at = lowerer.value(store.src[3], idxs)
+    value = at.src[0] if at.op is Ops.CHECK else at  # the test its check makes too, one node for both
+    inside = UOp.const(dtypes.bool, True)  # in the index's own dtype (a cast could wrap it inside), where it can fail:
+    if shape[axis] <= dtypes.max(value.dtype):  # bounds no value of the dtype reaches are left out
+        inside = value < shape[axis]
+    if dtypes.min(value.dtype) < 0:
+        inside = inside & (value < 0).logical_not()
+    where = list(idxs)
+    where[axis] = at.cast(lowerer.idx_dtype)
+    return View.create(shape).to_indexed(where)[0], inside
 
 
 def _grouped_axes(ast: UOp, opts: tuple[Opt, ...], threads: list[UOp | None]) -> dict[int, UOp]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.codegen.linearize import linearize
-from glassgrad.codegen.lowerer import Lowerer
+from glassgrad.codegen.lowerer import Lowerer, scatter_store
 from glassgrad.codegen.operand_chunks import OperandChunk, operand_chunk
 from glassgrad.codegen.opt import Opt
 from glassgrad.dtype import DType, dtypes
@@ -213,7 +213,7 @@ def _sides(shape: tuple[int, ...], k_axes: tuple[int, ...], factors: list[UOp], 
 @functools.lru_cache(maxsize=512)
 def match_matmul(ast: UOp) -> Matmul | None:
     """The kernel as a batched matrix product with float32 accumulation, or None."""
-    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE or scatter_store(ast.src[0]):
         return None
     nodes = ast.toposort()
     if any(n.op is Ops.CHECK for n in nodes):

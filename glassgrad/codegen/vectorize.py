@@ -132,9 +132,9 @@ class Vectorizer:
             return [self.scalar(u)]
         index, value = u.src
         if (base := self.contiguous(index)) is not None:
-            return [UOp(Ops.STORE, u.dtype, (base, self.broadcast(value)))]
+            return [UOp(Ops.STORE, u.dtype, (base, self.broadcast(value)), u.arg)]
         value = self.broadcast(value)
-        return [UOp(Ops.STORE, u.dtype, (lane_index, UOp(Ops.GEP, value.dtype.scalar, (value,), i)))
+        return [UOp(Ops.STORE, u.dtype, (lane_index, UOp(Ops.GEP, value.dtype.scalar, (value,), i)), u.arg)
                 for i, lane_index in enumerate(self.lane_indices(index))]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
 from glassgrad.mixin.index import _inverse
+from glassgrad.mixin.scatter_add import index_add, scatter_add, take_along
 from glassgrad.mixin.small_tensors import _arange, _full_like_scalar, _masked_sum
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 
@@ -42,6 +43,20 @@ def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tenso
     return src.shrink(tuple((0, i) for i in index.shape))
 
 
+def _scatter_sum(t: Tensor, dim: int, index: Tensor, src: Tensor, mean: bool, include_self: bool) -> Tensor:
+    """scatter_reduce's sum or mean: scatter-adds of src and, for a mean or without self, of the count of each place."""
+    index = checked_index(index, t.shape[dim], out_of_bounds("scatter_reduce", dim, t.shape[dim]))
+    total = scatter_add(t if include_self else t.zeros_like(), dim, index, src, "scatter_reduce")
+    if not mean and include_self:
+        return total
+    ones = type(t).ones(index.shape, dtype=dtypes.int32, device=t.device)
+    count = scatter_add(type(t).zeros(t.shape, dtype=dtypes.int32, device=t.device), dim, index, ones)
+    if mean:  # integer means round down, as in PyTorch
+        divisor = (count + 1 if include_self else count).maximum(1).cast(t.dtype)
+        total = total.div(divisor, rounding_mode=None if dtypes.is_float(t.dtype) else "floor")
+    return total if include_self else (count > 0).where(total, t)
+
+
 class _ScatterParts:
     """A scatter along `dim` lined up with dim last: mask[..., i, p] says that src[..., i] goes to place p."""
 
@@ -74,11 +89,12 @@ class GatherMixin:
             if d != dim and i > s:
                 raise ValueError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
                                  f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
-        x = self.shrink(tuple(None if d == dim else (0, index.shape[d]) for d in range(self.ndim)))
         index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
-        onehot = index.unsqueeze(-1) == _arange(self.shape[dim], self)
-        lined_up = x.unsqueeze(-1).transpose(dim, -1)  # dim moved to a new last axis, size 1 where it was
-        return _masked_sum(onehot, lined_up, -1)
+        return take_along(self, dim, index)
+
+    def _take_along(self, dim: int, index: Tensor) -> Tensor:
+        """gather without checking index (SCATTER_ADD's derivative, gradient.py: its index was checked)."""
+        return take_along(self, dim, index)
 
     def scatter(self, dim: int, index: Tensor, src: Tensor | float | None = None, *, value: float | None = None,
                 reduce: str | None = None) -> Tensor:  # fmt: skip
@@ -118,21 +134,30 @@ class GatherMixin:
         src = _scatter_src(self, dim, index, src, "scatter_reduce")
         if index.numel() == 0:
             return self
+        if reduce in ("sum", "mean"):
+            return _scatter_sum(self, dim, index, src, reduce == "mean", include_self)
         parts = _ScatterParts(self, dim, index, src, "scatter_reduce")
         mask, target = parts.mask, parts.target
-        if reduce in ("sum", "mean"):
-            total, count = _masked_sum(mask, parts.src, -2), mask.sum(-2).cast(self.dtype)
-            if include_self:
-                total, count = total + target, count + 1
-            if reduce == "mean":  # integer means round down, as in PyTorch
-                total = total.div(count.maximum(1), rounding_mode=None if dtypes.is_float(self.dtype) else "floor")
-        else:
-            identity = {"prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}[reduce]
-            values = mask.where(parts.src, _full_like_scalar(self, identity))
-            if include_self:  # one reduction over self and src together: ties share the gradient evenly, as PyTorch
-                values = values.cat(target.unsqueeze(-2), dim=-2)
-            total = {"prod": values.prod, "amax": values.max, "amin": values.min}[reduce](-2)
+        identity = {"prod": 1, "amax": dtypes.min(self.dtype), "amin": dtypes.max(self.dtype)}[reduce]
+        values = mask.where(parts.src, _full_like_scalar(self, identity))
+        if include_self:  # one reduction over self and src together: ties share the gradient evenly, as PyTorch
+            values = values.cat(target.unsqueeze(-2), dim=-2)
+        total = {"prod": values.prod, "amax": values.max, "amin": values.min}[reduce](-2)
         return parts.finish(total if include_self else (mask.sum(-2) > 0).where(total, target))
+
+    def index_add(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        """A copy of self with alpha * source's slice i along dim added to self's slice index[i] (index 1-d)."""
+        return index_add(self, dim, index, source, alpha)
+
+    def index_add_(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        """index_add written into this tensor (an assign); not on a tensor autograd tracks."""
+        added = index_add(self, dim, index, source, alpha)
+        if added.requires_grad:  # an assign ends autograd's graph: the gradient would not flow through it
+            raise RuntimeError(
+                "index_add_: this tensor or source requires grad, and an in-place write would cut the "
+                "gradient; use index_add (out of place), or write inside `with Tensor.no_grad():`"
+            )
+        return self.assign(added)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """value where mask is true, else self (mask broadcasts with self)."""

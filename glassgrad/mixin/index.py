@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
+from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -250,7 +251,19 @@ class _AdvancedIndex:
             self.kept_shape + (1,) * len(self.index_shape) + (self.total,)).permute(order)  # fmt: skip
         onehot = self.flat.unsqueeze(-1) == _arange(self.total, y)
         onehot = onehot.reshape((1,) * kept + self.index_shape + (self.total,)).permute(order)
-        return _masked_sum(onehot, lined_up, -1)
+        return with_scatter_gradient(
+            _masked_sum(onehot, lined_up, -1), y, prod(self.index_shape), self._scatter_gradient
+        )
+
+    def _scatter_gradient(self, g: Tensor, y: Tensor) -> Tensor:
+        """gather's gradient: g (of the result's shape) added into zeros of y's shape where the index read (a place
+        read twice gets both), by a scatter-add along the flat position of the indexed dims."""
+        n = prod(self.index_shape)
+        values = g.permute(_inverse(self.result_order)).reshape(self.kept_shape + (n,))
+        places = self.flat.reshape((1,) * len(self.kept) + (n,)).expand(values.shape)
+        zeros = type(y).zeros(self.kept_shape + (self.total,), dtype=y.dtype, device=y.device)
+        added = scatter_add(zeros, len(self.kept), places, values).reshape(self.kept_shape + tuple(self.sizes))
+        return added.permute(_inverse(self.kept + self.positions))
 
     def place(self, value: Tensor, y_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
         """value (of the result's shape) where the index puts it in a tensor of y_shape, and a mask of the places."""

@@ -6,6 +6,7 @@ import math
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
+from glassgrad.mixin.scatter_add import take_along
 from glassgrad.nn import datasets, optim, state  # noqa: F401  (tinygrad: nn.datasets, nn.optim, nn.state)
 from glassgrad.tensor import Tensor
 from glassgrad.tensor_checks import checked_index
@@ -206,11 +207,11 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.dtype.name not in ("int", "long", "char", "short", "uchar", "ushort", "uint", "ulong"):
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
-        # a one-hot mask times the table: one fused kernel, and the gradient flows to the rows used
-        rows = self.num_embeddings
+        # one load per value; the gradient adds each index's row of it into the table's (a scatter-add)
+        rows, width = self.num_embeddings, self.embedding_dim
         idx = checked_index(idx, rows, f"Embedding: index {{value}} is outside the table's rows 0..{rows - 1}")
-        one_hot = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
-        return (one_hot.unsqueeze(-1).where(self.weight, 0.0)).sum(-2)
+        each = idx.reshape(-1, 1).expand(idx.numel(), width)
+        return take_along(self.weight, 0, each).reshape(*idx.shape, width)
 
 
 class LSTMCell:

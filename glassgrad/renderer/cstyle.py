@@ -431,8 +431,16 @@ class CKernelWriter:
         if len(u.src[0].src) > 2 and (lanes := u.src[0].src[2].dtype.count) > 1:
             return self.lane_store(u, lanes)
         address, gate = self.index(u.src[0], u.src[1].dtype)
-        statement = f"{address} = {self.names[u.src[1]]};"
+        statement = self.add_store(u, address) if u.arg is Ops.ADD else f"{address} = {self.names[u.src[1]]};"
         self.line(statement if gate is None else f"if ({gate}) {statement}")
+
+    def add_store(self, u: UOp, address: str) -> str:
+        """A scatter's store, which adds its value into memory (ints wrapping around); the CPU's kernels never run two
+        threads over one place (codegen/lowerer.py keeps a scatter's axis out of the loops threads split)."""
+        value, dtype, src = self.names[u.src[1]], u.src[1].dtype, (u.src[1], u.src[1])
+        if dtype.count > 1:
+            return f"{address} = {self.r.render_vector_alu(Ops.ADD, dtype, [address, value], src, [None, None])};"
+        return f"{address} = {self.r.render_wrapping_alu(Ops.ADD, dtype, [address, value], src)};"
 
     def lane_store(self, u: UOp, lanes: int) -> None:
         """A store to one address gated by a vector (a check's record of a failure): where any lane's gate holds, the

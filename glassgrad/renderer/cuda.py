@@ -60,6 +60,10 @@ def float_to_half_bits(value: float) -> int:
 MATMUL_CONFIGS = TILE_CONFIGS + TF32_CONFIGS + SIMT_CONFIGS
 HOPPER_CONFIGS = WGMMA_CONFIGS + MATMUL_CONFIGS
 
+# the types CUDA's atomicAdd takes, for the dtypes a scatter adds (the Tensor adds smaller ones in these)
+ATOMIC_TYPES = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+                dtypes.int64: "unsigned long long", dtypes.uint64: "unsigned long long"}  # fmt: skip
+
 THREAD_ITEMS = 4  # grid indices each thread of a large loop-free kernel computes: their loads are in flight together
 ITEMS_FROM = 1 << 20  # (bench/gpu_elementwise.py, H100: 0.84 of copy bandwidth with one, 1.02 with four a thread)
 
@@ -139,6 +143,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     split_outer_loop = True
     has_local = True  # blocks of threads: the LOCAL and GROUP actions
+    atomic_adds = True  # a scatter's threads add with atomicAdd
     # sums of products accumulate with fused multiply-adds (one instruction, one rounding, as cuBLAS does; the compiler
     # itself fuses nothing, --fmad=false), the unrolled terms of a sum one after another into the accumulator
     fuse_mulacc = True
@@ -210,6 +215,17 @@ class CUDAKernelWriter(CKernelWriter):
 
     def dialect_handlers(self) -> dict:
         return {Ops.SPECIAL: self.special, Ops.REDUCE: self.combine}
+
+    def add_store(self, u: UOp, address: str) -> str:
+        """A scatter's store: atomicAdd, since threads may add into one place (64-bit ints as unsigned long long, whose
+        sum has the same bits)."""
+        dtype = u.src[1].dtype
+        if dtype not in ATOMIC_TYPES:
+            raise NotImplementedError(f"CUDA adds {dtype} into memory atomically in none of its types")
+        atomic, pointer, value = ATOMIC_TYPES[dtype], f"&{address}", self.names[u.src[1]]
+        if atomic != self.r.type_name(dtype):
+            pointer, value = f"({atomic}*){pointer}", f"({atomic})({value})"
+        return f"atomicAdd({pointer}, {value});"
 
     def special(self, u: UOp) -> None:
         """A LOCAL's or GROUP's part of the thread index: threadIdx.x / stride % n."""

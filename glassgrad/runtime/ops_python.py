@@ -40,7 +40,7 @@ class PythonRenderer(Renderer):
         position: dict[UOp, int] = {}  # a value computed in two loops over one range reads its latest copy
         rows = []
         for i, u in enumerate(program):
-            arg = None if u.op is Ops.STORE else u.arg  # a STORE's arg names the check it records: nothing to run
+            arg = u.arg if u.op is not Ops.STORE else "ADD" if u.arg is Ops.ADD else None  # (or the check it records)
             rows.append([u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], arg])
             position[u] = i
         return "\n".join([name] + [json.dumps(row) for row in rows])
@@ -107,7 +107,9 @@ class PythonProgram(Program):
                 values[pc] = memory.load(i) if valid else exec_cast(0, dtypes.int32, dtype)
             elif op is Ops.STORE:
                 memory, i, valid = values[src[0]]
-                if valid:
+                if valid and arg == "ADD":  # a scatter's store adds into memory
+                    memory.store(i, exec_alu(Ops.ADD, code[src[1]][1], [memory.load(i), values[src[1]]]))
+                elif valid:
                     memory.store(i, values[src[1]])
             elif op in (Ops.DEFINE_ACC, Ops.ASSIGN):
                 values[src[0] if op is Ops.ASSIGN else pc] = values[src[-1] if op is Ops.ASSIGN else src[0]]

@@ -1,6 +1,6 @@
 """Kernelize: decide which nodes of a Tensor graph become buffers and turn each into one kernel.
 
-A node becomes a buffer ("is realized") when a user asks for it, when it is CONTIGUOUS, COPY or ASSIGN,
+A node becomes a buffer ("is realized") when a user asks for it, when it is CONTIGUOUS, COPY, ASSIGN or SCATTER_ADD,
 or when fusing it would repeat work: a reduction whose result is broadcast (expanded) or read by two kernels.
 Everything else fuses into the kernel of the realized node above it.
 """
@@ -18,6 +18,8 @@ from glassgrad.schedule.pack import operand_twins, pack_panels, renderer_of_devi
 from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker, apply_movement, chain_view
+
+HAS_BUFFER = (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN, Ops.SCATTER_ADD)  # nodes that always get a buffer of their own
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def is_view_of_buffer(node: UOp) -> bool:
 
 def _is_whole_buffer(node: UOp) -> bool:
     """A node that is exactly a buffer's data in order, realized or about to be (a COPY can move it as it is)."""
-    has_buffer = is_realized(node.base) or node.base.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN)
+    has_buffer = is_realized(node.base) or node.base.op in HAS_BUFFER
     return has_buffer and chain_view(node).contiguous and node.size == node.base.size
 
 
@@ -103,7 +105,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     def add(node: UOp) -> None:
         while node.op is Ops.DETACH:
             node = node.src[0]
-        if node.op in GroupOp.Movement and node.base.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN):
+        if node.op in GroupOp.Movement and node.base.op in HAS_BUFFER:
             node = node.base  # a view of a node that gets a buffer anyway is a view of that buffer
         if not is_view_of_buffer(node):
             points[node] = None
@@ -113,7 +115,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort():
         if is_realized(node):
             continue
-        if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
+        if node.op in HAS_BUFFER:
             add(node)
         if node.op is Ops.COPY and not _is_whole_buffer(node.src[0]) and disk_span(node.src[0]) is None:
             points[node.src[0]] = None  # a COPY moves whole buffers: a view of one (x.T) is made contiguous first
@@ -146,7 +148,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
 def _kernel_sources(point: UOp) -> tuple[UOp, ...]:
     if point.op is Ops.ASSIGN:
         return (point.src[1],)
-    if point.op is Ops.CONTIGUOUS:
+    if point.op in (Ops.CONTIGUOUS, Ops.SCATTER_ADD):
         return point.src
     return (point,)
 
@@ -360,6 +362,8 @@ def build_kernel(point: UOp) -> UOp:
         # of a file): the COPY node itself would keep its whole graph alive
         source, start = disk_span(point.src[0]) or (point.src[0].base, 0)
         return _kernel(out, [source], UOp(Ops.COPY, point.dtype, (), (point.device, start)))
+    if point.op is Ops.SCATTER_ADD:
+        return _scatter_kernel(point)
     if point.op is Ops.ASSIGN:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
@@ -368,11 +372,38 @@ def build_kernel(point: UOp) -> UOp:
         out, store_st = new_buffer(point.device, point.size, point.dtype), ShapeTracker.from_shape(value.shape)
     inputs: dict[UOp, int] = {}
     ast_value = _to_ast(value, inputs)
-    out_buffer = out if out.op is Ops.BUFFER else out.src[0]
-    glob = UOp(Ops.DEFINE_GLOBAL, out.dtype.ptr(out_buffer.arg), (), 0)
-    store = UOp(Ops.STORE, dtypes.void, (glob, UOp(Ops.VIEW, dtypes.void, (), store_st), ast_value))
+    store = UOp(
+        Ops.STORE, dtypes.void, (_output(out if out.op is Ops.BUFFER else out.src[0]), _view(store_st), ast_value)
+    )
     ast = merge_axes(UOp(Ops.SINK, dtypes.void, (store,)))
     return _kernel(out, list(inputs), ast, assign=point.op is Ops.ASSIGN)
+
+
+def _scatter_kernel(point: UOp) -> UOp:
+    """SCATTER_ADD(base, index, src) as two kernels into one new buffer: the first stores base, the second (ordered
+    after it: its first source is the first's ASSIGN) adds each element of src at the place index gives. The second's
+    AST is SINK(STORE(out, VIEW(src's shape), src, index)), its arg (ADD, axis, the output's shape): it loops over src,
+    and the lowerer works out each address (codegen/lowerer.py)."""
+    base, index, src = point.src
+    out = new_buffer(point.device, point.size, point.dtype)
+    inputs: dict[UOp, int] = {}
+    stored = UOp(
+        Ops.STORE, dtypes.void, (_output(out), _view(ShapeTracker.from_shape(base.shape)), _to_ast(base, inputs))
+    )
+    first = _kernel(out, list(inputs), merge_axes(UOp(Ops.SINK, dtypes.void, (stored,))))
+    inputs = {}
+    value, at = _to_ast(src, inputs), _to_ast(index, inputs)
+    added = UOp(Ops.STORE, dtypes.void, (_output(out), _view(ShapeTracker.from_shape(src.shape)), value, at),
+                (Ops.ADD, point.arg, base.shape))  # fmt: skip
+    return _kernel(first, list(inputs), UOp(Ops.SINK, dtypes.void, (added,)))
+
+
+def _output(buffer: UOp) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, buffer.dtype.ptr(buffer.arg), (), 0)
+
+
+def _view(st: ShapeTracker) -> UOp:
+    return UOp(Ops.VIEW, dtypes.void, (), st)
 
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:

@@ -51,6 +51,9 @@ class Ops(enum.Enum):
     MULACC = enum.auto()
     # reduce
     REDUCE_AXIS = enum.auto()
+    # scatter: SCATTER_ADD(base, index, src), arg the axis: base with each src element added at the position along the
+    # axis that index gives (index and src of one shape; not larger than base along the other axes)
+    SCATTER_ADD = enum.auto()
     # movement (zero-copy)
     RESHAPE = enum.auto()
     PERMUTE = enum.auto()

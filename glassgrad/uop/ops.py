@@ -264,6 +264,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.FLIP: lambda u: u.src[0].shape,
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
+    Ops.SCATTER_ADD: lambda u: u.src[0].shape,
     Ops.KERNEL: lambda u: None,
     Ops.SINK: lambda u: None,
     Ops.STORE: lambda u: None,
