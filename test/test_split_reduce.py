@@ -33,11 +33,12 @@ from helpers import needs_gpu
         ((SPLIT_FROM - 1,), (0,), None),  # short enough for one block
         ((SPLIT_BELOW, SPLIT_FROM), (1,), None),  # enough outputs to fill the GPU
         ((65537 * 2,), (0,), None),  # no divisor gives enough parts (65537 is prime)
-        ((1 << 19, 1, 1, 1 << 15), (3,), None),  # a contraction's long sum, but outputs enough to fill the GPU
+        ((1 << 22, 1, 1, 1 << 15), (3,), None),  # a contraction's long sum, but outputs enough to fill the GPU
         # a long contraction into a moderate number of outputs: about LONG_PARTIALS partial results
-        ((256, 1, 64, 64, 32, 32, 3, 3), (0, 4, 5), (0, 32)),  # ResNet-18's 64-channel weight gradient: 56 wanted
+        ((256, 1, 64, 64, 32, 32, 3, 3), (0, 4, 5), (0, 64)),  # ResNet-18's 64-channel weight gradient: 113 wanted
         ((256, 1, 128, 64, 16, 16, 1, 1), (0, 4, 5), (0, 32)),  # a 1x1 shortcut's: parts of LONG_PART terms
-        ((256, 1, 128, 128, 16, 16, 3, 3), (0, 4, 5), (0, 8)),  # 147456 outputs: 14 parts wanted, 8 divide 256
+        ((256, 1, 128, 128, 16, 16, 3, 3), (0, 4, 5), (0, 16)),  # 147456 outputs: 28 parts wanted, 16 divide 256
+        ((4, 256, 1, 768, 50257), (4,), (4, 5)),  # GPT-2's head, its input's gradient: 50257 is 29 x 1733, cut unevenly
         ((1024, 1, 768, 3072), (0,), None),  # GPT-2's weight gradients: enough outputs, a short sum
         ((256, 1, 256, 256, 8, 8, 3, 3), (0, 4, 5), None),  # 589824 outputs fill the GPU as they are
     ],
@@ -47,7 +48,8 @@ def test_where_a_reduction_is_split(shape, axes, expected):
     assert found == expected
     if found is not None:
         axis, parts = found
-        assert shape[axis] % parts == 0 and np.prod([shape[a] for a in axes]) // parts >= MIN_PART
+        even = shape[axis] % parts == 0 or not any(shape[axis] % d == 0 for d in range(2, parts + 1))  # else uneven
+        assert even and np.prod([shape[a] for a in axes]) // parts >= MIN_PART
         outputs = np.prod([s for i, s in enumerate(shape) if i not in axes])
         assert outputs < SPLIT_BELOW or (np.prod([shape[a] for a in axes]) // parts >= LONG_PART and
                                          parts * outputs <= LONG_PARTIALS)  # fmt: skip
@@ -134,3 +136,29 @@ def test_a_long_weight_gradient_is_cut_along_the_batch_into_tiled_products(monke
     (torch.nn.functional.conv2d(tx, tw, padding=padding) * rounded(gs)).sum().backward()
     want = tw.grad.numpy()
     np.testing.assert_allclose(w.grad.float().numpy(), want, rtol=1e-2, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.bfloat16])
+def test_a_sum_no_part_count_divides_is_cut_unevenly(monkeypatch, dtype):
+    """GPT-2's head: the gradient of its input sums over a prime-ish vocabulary (here 32771, a prime). On a GPU (asked
+    of a CPU tensor, as a GPU answers) the first parts * (32771 // parts) terms go in parts as a batched tiled product,
+    the few left are summed beside them; 16-bit gradients are summed in float32 parts. Values and gradients as
+    PyTorch's."""
+    monkeypatch.setattr(split_reduce, "_has_blocks", lambda device: True)
+    rng = np.random.default_rng(3)
+    xs, ws, gs = rng.standard_normal((64, 48)), rng.standard_normal((32771, 48)), rng.standard_normal((64, 32771))
+    x = Tensor(xs.astype(np.float32)).cast(dtype).requires_grad_()
+    w = Tensor(ws.astype(np.float32)).cast(dtype).requires_grad_()
+    (x.linear(w).float() * Tensor(gs.astype(np.float32))).sum().backward()
+    stages = [i.ast for i in x.grad.schedule() if i.ast.op is Ops.SINK]
+    products = [mm for mm in map(match_matmul, stages) if mm is not None]
+    assert (
+        len(products) == 1 and products[0].batch > 1 and 32771 - products[0].batch * products[0].k < products[0].batch
+    )
+    rounded = lambda a: torch.tensor(a, dtype=torch.float32).to(torch.bfloat16 if dtype == dtypes.bfloat16 else
+                                                                torch.float32).double()  # noqa: E731  # fmt: skip
+    tx, tw = rounded(xs).requires_grad_(), rounded(ws).requires_grad_()
+    (torch.nn.functional.linear(tx, tw) * rounded(gs)).sum().backward()
+    for ours, theirs in ((x, tx), (w, tw)):
+        want = theirs.grad.numpy()
+        np.testing.assert_allclose(ours.grad.float().numpy(), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())

@@ -66,9 +66,10 @@ def index_dtype(ast: UOp) -> DType:
 
 
 def _axes_of_view(node: UOp) -> tuple[tuple[tuple[int, int], ...], ...] | None:
-    """For a VIEW over an expression that permutes, expands and splits its dims (a reshape that cuts a dim in parts,
-    as a two-stage sum cuts its batch): for each of the expression's dims, the view's dims that index it, each with
-    its weight. Such a view needs no flat index (whose divisions the simplifier cannot undo), however large it is."""
+    """For a VIEW over an expression that permutes, expands, splits and crops its dims to a prefix (a reshape that
+    cuts a dim in parts, as a two-stage sum cuts its batch or the first parts of its vocabulary): for each of the
+    expression's dims, the view's dims that index it, each with its weight. Such a view needs no flat index (whose
+    divisions the simplifier cannot undo), however large it is."""
     src = node.src[0]
     if src.op is Ops.CONST or len(node.arg.views) != 1:
         return None
@@ -86,7 +87,7 @@ def _axes_of_view(node: UOp) -> tuple[tuple[tuple[int, int], ...], ...] | None:
             if w != weight:  # the parts must tile the dim exactly, innermost first
                 return None
             weight *= s
-        if weight != size and parts:
+        if weight > size:  # the parts read a prefix of the dim (a cut's first part), or all of it
             return None
         axes.append(tuple(p for p, _ in parts))
         used, stride = used + len(parts), stride * size

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import L2_BUDGET, prod
 from glassgrad.runtime.device import Device
-from glassgrad.uop.ops import Ops
+from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -33,9 +33,11 @@ MIN_PART = 256  # terms in each part at least: a block's threads then have work
 # GPU's multiprocessors, each block running the whole long sum alone. ResNet-18's weight gradients (64x64x3x3
 # outputs over 256x32x32 terms) ran as one kernel at 0.64 TFLOP/s on an H200, 30 ms each; cut along the batch, each
 # part is a tiled product of its own (batch axis: the part), the parts' results summed by a small second kernel.
+# A sum whose length no part count divides (GPT-2's head, 50257 = 29 x 1733 tokens of vocabulary) is cut unevenly:
+# parts of its first len - len % parts terms, and the few left summed on their own.
 LONG_FROM = 1 << 15  # terms an output at least...
-LONG_BELOW = 1 << 19  # ...into fewer outputs than this
-LONG_PARTIALS = 1 << 21  # the first stage's outputs: about this many (an 8 MB float32 buffer)
+LONG_BELOW = 1 << 22  # ...into fewer outputs than this (256 tiles of 128x128: two waves of a 132-multiprocessor GPU)
+LONG_PARTIALS = 1 << 22  # the first stage's outputs: about this many (a 16 MB float32 buffer)
 LONG_PART = 2048  # terms in each part at least: a tile's sum stays long
 
 
@@ -54,6 +56,9 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool
         parts = max((d for d in range(2, min(want, shape[axis]) + 1) if shape[axis] % d == 0), default=1)
         if 2 * parts > want:  # an axis that cannot give enough parts is left for the next
             return axis, parts
+    longest = max(axes, key=lambda a: shape[a])
+    if outputs >= SPLIT_BELOW and want >= 2 and shape[longest] // want >= LONG_PART:  # unevenly, its remainder apart
+        return longest, want
     return None
 
 
@@ -64,19 +69,36 @@ def _has_blocks(device: str) -> bool:
 
 def split_reduce(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:
     """x reduced over `axes` in two kernels (keeping the reduced axes as 1), or None where one kernel is better: off a
-    GPU, for 16-bit floats (their partial results would round), for a max that autograd will differentiate (ties would
-    share the gradient part by part)."""
-    if x.dtype in (dtypes.float16, dtypes.bfloat16) or (op is Ops.MAX and x.requires_grad):
+    GPU, for a max that autograd will differentiate (ties would share the gradient part by part). 16-bit floats are
+    summed in float32 parts and rounded once at the end, as the one kernel would."""
+    if op is Ops.MAX and x.requires_grad:
         return None
-    if (split := split_parts(x.shape, axes, op is Ops.ADD and x.uop.op is Ops.MUL)) is None or not _has_blocks(
-        x.device
-    ):
+    if (split := split_parts(x.shape, axes, op is Ops.ADD and _is_product(x.uop))) is None or not _has_blocks(x.device):
         return None
     axis, parts = split
+    wide = x.float() if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+    size, kept = x.shape[axis], tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    if (even := size - size % parts) != size:  # parts of the first `even` terms; the rest (fewer than parts) apart
+        first = wide.shrink(tuple((0, even) if i == axis else None for i in range(x.ndim)))
+        rest = wide.shrink(tuple((even, size) if i == axis else None for i in range(x.ndim)))
+        out = _in_parts(first, op, axes, axis, parts).reshape(kept) + rest._reduce_axis(op, axes).reshape(kept)
+    else:
+        out = _in_parts(wide, op, axes, axis, parts).reshape(kept)
+    return out.cast(x.dtype)
+
+
+def _is_product(node: UOp) -> bool:
+    """A product, maybe under casts (a 16-bit gradient's product comes as half(float(g) * float(w)))."""
+    while node.op is Ops.CAST:
+        node = node.src[0]
+    return node.op is Ops.MUL
+
+
+def _in_parts(x: Tensor, op: Ops, axes: tuple[int, ...], axis: int, parts: int) -> Tensor:
+    """x reduced over `axes` as `parts` partial results along `axis` (which they divide), then those reduced."""
     shape = x.shape[:axis] + (parts, x.shape[axis] // parts) + x.shape[axis + 1 :]
     inner = tuple(a + (a >= axis) for a in axes)  # the split axis's inner part, and the other reduced axes
-    partial = x.reshape(shape)._reduce_axis(op, inner).contiguous()
-    return partial._reduce_axis(op, (axis,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return x.reshape(shape)._reduce_axis(op, inner).contiguous()._reduce_axis(op, (axis,))
 
 
 MIN_PART_REUSE = 4  # operand elements per partial result at least: the partial buffer must be small beside them

@@ -1,6 +1,7 @@
-"""A VIEW over an expression (not a load) is indexed through without a flat index where it only permutes, expands
-and splits the expression's dims (lowerer._axes_of_view): each dim's index is a weighted sum of the view's. Other
-views (shrinks, merges, pads, flips) take the flat index; both lower to the same values."""
+"""A VIEW over an expression (not a load) is indexed through without a flat index where it only permutes, expands,
+splits the expression's dims and crops them to a prefix (lowerer._axes_of_view): each dim's index is a weighted
+sum of the view's. Other views (merges, crops from an offset, pads, flips) take the flat index; both lower to the
+same values."""
 
 import numpy as np
 import pytest
@@ -26,7 +27,9 @@ def _view_over_product(shape: tuple[int, ...], move) -> UOp:
         ((4, 6), lambda st: st.reshape((2, 2, 6)).permute((2, 1, 0)), (((1, 1), (2, 2)), ((0, 1),))),
         ((4, 1, 6), lambda st: st.expand((4, 3, 6)), (((0, 1),), (), ((2, 1),))),  # an expand: dim 1 unread
         ((4, 6), lambda st: st.reshape((24,)), None),  # a merge: a division of one index, left to the flat index
-        ((4, 6), lambda st: st.shrink(((0, 4), (0, 3))), None),  # a shrink reads a part of a dim
+        ((4, 6), lambda st: st.shrink(((0, 4), (0, 3))), (((0, 1),), ((1, 1),))),  # a prefix: indexed as it is
+        ((4, 6), lambda st: st.shrink(((0, 4), (1, 4))), None),  # a part from an offset: the flat index
+        ((4, 6), lambda st: st.shrink(((0, 4), (0, 4))).reshape((4, 2, 2)), (((0, 1),), ((1, 2), (2, 1)))),
     ],
 )
 def test_which_views_index_their_expression_directly(shape, move, expected):
