@@ -24,7 +24,7 @@ from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, time
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
-from glassgrad.mixin import AutogradMixin, IndexingMixin, LinalgMixin, MathMixin, NNMixin, RandomMixin, ReduceMixin
+from glassgrad.mixin import MIXINS
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
@@ -134,8 +134,7 @@ class _TensorType(type):
         super().__setattr__(name, value)
 
 
-class Tensor(AutogradMixin, MathMixin, ReduceMixin, IndexingMixin, LinalgMixin, NNMixin, RandomMixin,
-             metaclass=_TensorType):  # fmt: skip
+class Tensor(*MIXINS, metaclass=_TensorType):
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
     training: bool = False

@@ -11,23 +11,9 @@ import torch.nn.functional as F
 
 from glassgrad import GlobalCounters, Tensor, dtypes
 from glassgrad.engine.realize import buffer_of
-from torch_check import check_op
+from torch_check import check_op, weighted
 
 NON_CONTIGUOUS = ["transposed", "strided"]
-
-
-def weighted(fn):
-    """fn(*xs) times fixed random weights of the output's shape (floats only)."""
-
-    def both(*xs):
-        out = fn(*xs)
-        if out.numel() == 0 or out.dtype in (torch.bool, dtypes.bool) or not (
-                out.is_floating_point() if isinstance(out, torch.Tensor) else dtypes.is_float(out.dtype)):  # fmt: skip
-            return out
-        w = np.random.default_rng(7).uniform(0.5, 1.5, tuple(out.shape)).astype(np.float32)
-        return out * (torch.tensor(w) if isinstance(out, torch.Tensor) else Tensor(w, device=out.device))
-
-    return both
 
 
 def ix(x, values, dtype="int"):
