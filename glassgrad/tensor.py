@@ -25,6 +25,7 @@ from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.helpers import prod
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
 from glassgrad.mixin import MIXINS
+from glassgrad.raw_bytes import raw_elements
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
@@ -155,13 +156,13 @@ class Tensor(*MIXINS, metaclass=_TensorType):
             values, shape = _flatten_nested(data)
             dtype = dtype or _infer_dtype(values)
             uop = _uop_from_bytes(_pack(values, dtype), dtype, shape, device)
-        elif isinstance(data, (bytes, bytearray)):
-            uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
+        elif (raw := raw_elements(data, dtype)) is not None:  # bytes, or a file's (a pathlib.Path)
+            uop = _uop_from_bytes(*raw, device)
         elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
             uop = _uop_from_numpy(data, dtype, device)
         else:
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
-                            "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
+                            "use a number, a nested list, bytes, a file's path or a NumPy array")  # fmt: skip
         _check_device_holds(uop.device or device, uop.dtype)
         self._start(uop, None, is_leaf=True)
         self._set_requires_grad(requires_grad)
@@ -479,7 +480,7 @@ class Tensor(*MIXINS, metaclass=_TensorType):
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""
-        shape = shape_arg(shape, "reshape", minus_one="infer")
+        shape = shape_arg(shape, "reshape", minus_one="infer", current=self.shape)
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
 from glassgrad.helpers import prod
+from glassgrad.mixin.index_forms import as_tuple_index, positions
 from glassgrad.shape import ShapeError, shape_arg
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
-INTERPOLATE_MODES = {"nearest": None, "linear": 1, "bilinear": 2}  # mode -> how many dims it resizes
+# mode -> how many dims it resizes; tinygrad's "linear" resizes as many as `size` names (bilinear, trilinear)
+INTERPOLATE_MODES = {"nearest": None, "linear": None, "bilinear": 2, "trilinear": 3}
 
 
 class IndexingMixin:
@@ -401,11 +403,11 @@ class IndexingMixin:
     def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
                     mode: str = "nearest", align_corners: bool | None = None,
                     recompute_scale_factor: bool | None = None) -> Tensor:  # fmt: skip
-        """Resize as torch.nn.functional.interpolate: nearest, linear (1 dim) or bilinear (2 dims)."""
+        """Resize as torch.nn.functional.interpolate: nearest, linear (any dims, as tinygrad), bilinear, trilinear."""
         if mode not in INTERPOLATE_MODES:
             raise ValueError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
         if mode == "nearest" and align_corners is not None:
-            raise ValueError("interpolate: align_corners can only be set with mode 'linear' or 'bilinear'")
+            raise ValueError("interpolate: align_corners can only be set with mode 'linear', 'bilinear' or 'trilinear'")
         if (size is None) == (scale_factor is None):
             raise ValueError("interpolate: pass exactly one of size and scale_factor")
         given = size if size is not None else scale_factor
@@ -572,6 +574,7 @@ def _list_index(t: Tensor, item: list, dim: int) -> Tensor:
 
     if _is_bool_list(item):
         return Tensor(item, device=t.device, dtype=dtypes.bool)
+    item = positions(item, Tensor)
     values = _leaves(item)
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise IndexError(f"index: a list index must hold only ints or only bools, got {item!r}")
@@ -606,6 +609,7 @@ def _parse_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
     """
     from glassgrad.tensor import Tensor
 
+    index = as_tuple_index(index, type(t))
     items = [_normalize_item(t, i) for i in (index if isinstance(index, tuple) else (index,))]
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("index: an index can only have a single ellipsis ('...')")

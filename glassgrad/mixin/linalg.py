@@ -132,16 +132,20 @@ class LinalgMixin:
         return _aligned(x, labels, output).cast(result if dtype is None else dtype)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
-        """x @ weight.T + bias, with weight laid out as PyTorch's (out_features, in_features)."""
+        """x @ weight.T + bias, weight (out_features, in_features) as PyTorch's; a 1-d weight scales each feature."""
         weight = _as_tensor(weight, self, "linear")
         if self.ndim == 0:
             raise ValueError("linear: the input needs at least 1 dimension (features last), got a 0-d tensor")
-        if weight.ndim != 2:
-            raise ValueError(f"linear: weight must be (out_features, in_features), got shape {weight.shape}")
+        if weight.ndim not in (1, 2):
+            raise ValueError(f"linear: weight must be (out_features, in_features), or (in_features,) to scale each "
+                             f"feature, got shape {weight.shape}")  # fmt: skip
         if self.shape[-1] != weight.shape[-1]:
             raise ValueError(f"linear: input has {self.shape[-1]} features (last dim of {self.shape}) but weight "
                              f"{weight.shape} expects {weight.shape[-1]}")  # fmt: skip
-        out = self.matmul(weight.T, dtype=dtype)
+        if weight.ndim == 1:  # tinygrad's elementwise form (PyTorch refuses a 1-d weight)
+            out = self * weight if dtype is None else self.cast(dtype) * weight.cast(dtype)
+        else:
+            out = self.matmul(weight.T, dtype=dtype)
         if bias is None:
             return out
         bias = _as_tensor(bias, self, "linear")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types
 from glassgrad.helpers import prod
+from glassgrad.mixin.spatial_nd import conv_rank, pool_rank
 from glassgrad.schedule.split_reduce import cache_sized_part
 from glassgrad.tensor_checks import checked_index
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -649,7 +650,7 @@ class NNMixin:
                padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
                groups: int = 1) -> Tensor:  # fmt: skip
         """torch's conv2d: input (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW) -> (N, C_out, H_out, W_out)."""
-        return _conv(self, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+        return _conv(self, weight, bias, stride, padding, dilation, groups, conv_rank(weight, 2), "conv2d")
 
     def conv3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
@@ -668,8 +669,8 @@ class NNMixin:
                          padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1,
                          dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
         """torch's conv_transpose2d (conv2d's gradient): input (N, C_in, H, W), weight (C_in, C_out / groups, kH, kW)"""
-        return _conv_transpose(self, weight, bias, stride, padding, output_padding, groups, dilation, 2,
-                               "conv_transpose2d")  # fmt: skip
+        return _conv_transpose(self, weight, bias, stride, padding, output_padding, groups, dilation,
+                               conv_rank(weight, 2), "conv_transpose2d")  # fmt: skip
 
     def conv_transpose3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                          padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1,
@@ -688,7 +689,8 @@ class NNMixin:
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
                    return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
         """torch's max_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W); the gradient goes to the first max."""
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
+        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                         pool_rank(kernel_size, 2), "max_pool2d")  # fmt: skip
 
     def max_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
@@ -708,7 +710,7 @@ class NNMixin:
                    divisor_override: int | None = None, dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
         """torch's avg_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W) (dilation: tinygrad's extra)."""
         return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation,
-                         2, "avg_pool2d")  # fmt: skip
+                         pool_rank(kernel_size, 2), "avg_pool2d")  # fmt: skip
 
     def avg_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,

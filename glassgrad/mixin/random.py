@@ -180,13 +180,11 @@ class RandomMixin:
         return cls.normal(*shape, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
-        """Sample category indices in proportion to the weights of each row (int32; PyTorch gives int64)."""
+        """Sample category indices in proportion to the weights of each row (int32; bool or int weights as well)."""
         from glassgrad.tensor import Tensor
 
         if self.ndim not in (1, 2):
             raise ValueError(f"multinomial: weights must be 1-D or 2-D, got shape {self.shape}")
-        if not dtypes.is_float(self.dtype):
-            raise TypeError(f"multinomial: weights must be a float tensor, got {self.dtype}")
         n = self.shape[-1]
         if n == 0:
             raise ValueError(f"multinomial: weights of shape {self.shape} have no categories to sample from")

@@ -703,7 +703,7 @@ def test_interpolate_bad_arguments_raise():
     x = Tensor.zeros(1, 1, 4)
     with pytest.raises(ValueError, match="interpolate: pass exactly one of size and scale_factor"):
         x.interpolate()
-    with pytest.raises(ValueError, match="align_corners can only be set with mode 'linear' or 'bilinear'"):
+    with pytest.raises(ValueError, match="align_corners can only be set with mode 'linear', 'bilinear' or 'trilinear'"):
         x.interpolate(3, align_corners=True)
     with pytest.raises(ValueError, match=r"interpolate: mode 'bilinear' resizes 2 dims, got 1 for shape \(1, 1, 4\)"):
         x.interpolate(3, mode="bilinear")
