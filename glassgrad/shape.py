@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from glassgrad.errors import ArgumentError
 
-class ShapeError(ValueError, RuntimeError):
+
+class ShapeError(ArgumentError):
     """A shape no tensor can have (a negative size, two sizes to infer): PyTorch raises RuntimeError, and glassgrad's
     shape errors are ValueErrors, so it is both."""
 
@@ -51,3 +53,11 @@ def _none_kept(sizes: tuple[Any, ...], op: str, minus_one: str | None, current: 
         raise ValueError(f"{op}: None keeps a size of the tensor's shape {current}, but {sizes} puts one where it "
                          "has none")  # fmt: skip
     return tuple(current[i] if s is None else s for i, s in enumerate(sizes))
+
+
+def distinct_dims(dims: list[int], op: str) -> list[int]:
+    """dims (wrapped to 0..ndim-1 already), each named once: a repeat is an ArgumentError, as PyTorch's."""
+    if len(set(dims)) != len(dims):
+        repeated = next(d for d in dims if dims.count(d) > 1)
+        raise ArgumentError(f"{op}: dimension {repeated} appears more than once in {tuple(dims)}")
+    return dims

@@ -22,6 +22,7 @@ from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.counters import GlobalCounters
 from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.helpers import prod
 from glassgrad.live import become, current, intermediates, readers_of_overwritten, register, replaced
 from glassgrad.mixin import MIXINS
@@ -31,7 +32,7 @@ from glassgrad.schedule import ScheduleItem
 from glassgrad.schedule.cache import Scheduled, cached_schedule
 from glassgrad.schedule.kernelize import chain_view, fresh_unique, new_buffer
 from glassgrad.schedule.split_reduce import split_reduce
-from glassgrad.shape import ShapeError, int_args, shape_arg
+from glassgrad.shape import ShapeError, distinct_dims, int_args, shape_arg
 from glassgrad.tensor_math import int_quotient
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -51,7 +52,7 @@ def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[in
     shape = parts[0][1]
     for i, (_, s) in enumerate(parts):
         if s != shape:
-            raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
+            raise ArgumentError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
     return [v for values, _ in parts for v in values], (len(data), *shape)
 
 
@@ -281,9 +282,9 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         if value.shape != self.shape:
             value = value._broadcast_to(self.shape, "assign")
         if value.device != self.device:
-            raise ValueError(f"assign: value is on {value.device} but the tensor is on {self.device}")
+            raise ArgumentError(f"assign: value is on {value.device} but the tensor is on {self.device}")
         if value.dtype != self.dtype:
-            raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
+            raise DtypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
         # the value as it is now: its own graph, built on nodes realized since (rng state + step), keeps old steps alive
         target, value_now = self._current_uop(), value._current_uop()
         if _reads_through_other_view(value_now, target):  # x.assign(x.T): read everything before it is overwritten
@@ -333,7 +334,7 @@ class Tensor(*MIXINS, metaclass=_TensorType):
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
+            raise ArgumentError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs 1")
         return _unpack(self._host_bytes(), self.dtype)[0]
 
     def to(self, device: str) -> Tensor:
@@ -377,10 +378,10 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         """A tensor holding a copy of raw bytes, read as `dtype` (row-major, little-endian)."""
         dtype, raw = to_dtype(dtype), bytes(data)
         if len(raw) % dtype.itemsize:
-            raise ValueError(f"frombuffer: {len(raw)} bytes is not a whole number of {dtype} ({dtype.itemsize} bytes)")
+            raise ArgumentError(f"frombuffer: {len(raw)} bytes are not a whole number of {dtype} ({dtype.itemsize} B)")
         shape = (len(raw) // dtype.itemsize,) if shape is None else tuple(shape)
         if prod(shape) * dtype.itemsize != len(raw):
-            raise ValueError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
+            raise ArgumentError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
         device = Device.canonicalize(device or Device.DEFAULT)
         return Tensor(_uop_from_bytes(raw, dtype, shape, device))
 
@@ -399,7 +400,7 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange: step must not be zero")
+            raise ArgumentError("arange: step must not be zero")
         count = max(0, math.ceil((stop - start) / step))
         ints = dtypes.int64 if max(abs(start), abs(start + step * count)) >= 2**31 else dtypes.default_int  # past int32
         floats = any(isinstance(x, float) for x in (start, stop, step))
@@ -501,25 +502,24 @@ class Tensor(*MIXINS, metaclass=_TensorType):
 
     def permute(self, *order) -> Tensor:
         """Reorder the dimensions: the result's dim i is this tensor's dim order[i]."""
-        order = int_args(order, "permute", "dims must be integers")
-        if sorted(o % max(self.ndim, 1) for o in order) != list(range(self.ndim)) or len(order) != self.ndim:
-            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
-                             f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
-        order = tuple(o % self.ndim for o in order)
+        order = tuple(self._axis(o, "permute") for o in int_args(order, "permute", "dims must be integers"))
+        if sorted(order) != list(range(self.ndim)):
+            raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
+                                f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
         return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
 
     def expand(self, *shape) -> Tensor:
         """Broadcast size-1 dimensions to larger sizes without copying; -1 keeps a dimension."""
         shape = shape_arg(shape, "expand", minus_one="keep")
         if len(shape) < self.ndim:
-            raise ValueError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
+            raise ArgumentError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
         if -1 in shape[: len(shape) - self.ndim]:
             raise ShapeError(f"expand: -1 keeps a dimension's size, but {shape} puts one at a new leading dimension")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
         for old, s in zip(padded, new):
             if old != s and old != 1:
-                raise ValueError(f"expand: cannot expand shape {self.shape} to {shape}: only size-1 dimensions grow")
+                raise ArgumentError(f"expand: cannot expand shape {self.shape} to {shape}: only size-1 dimensions grow")
         x = self.reshape(padded) if padded != self.shape else self
         return x if new == x.shape else x._movement(Ops.EXPAND, new)
 
@@ -527,12 +527,12 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         try:
             return self.expand(shape)
         except ValueError:
-            raise ValueError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
+            raise ArgumentError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """Crop each dimension to [start, end) (None keeps it whole)."""
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
+            raise ArgumentError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
         arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
         for (start, end), s in zip(arg, self.shape):
             if not 0 <= start <= end <= s:
@@ -543,7 +543,8 @@ class Tensor(*MIXINS, metaclass=_TensorType):
 
     def flip(self, *axis) -> Tensor:
         """Reverse the order of elements along the given dimensions."""
-        axes = {self._axis(a, "flip") for a in int_args(axis, "flip", "dims must be integers")}
+        axes = set(distinct_dims([self._axis(a, "flip") for a in int_args(axis, "flip", "dims must be integers")],
+                                 "flip"))  # fmt: skip
         if not axes:
             return self
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
@@ -587,8 +588,8 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         """Both operands as tensors of one dtype and one broadcast shape."""
         if isinstance(other, Tensor):
             if other.device != self.device:
-                raise ValueError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
-                                 "move one with .to()")  # fmt: skip
+                raise ArgumentError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
+                                    "move one with .to()")  # fmt: skip
             dtype = promote_types(self.dtype, other.dtype)
         elif isinstance(other, (bool, int, float)):
             dtype = result_type_with_scalar(self.dtype, other)
@@ -614,8 +615,8 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         """The same bytes read as another dtype of the same size."""
         dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
-                             f"{dtype.itemsize} bytes)")  # fmt: skip
+            raise ArgumentError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
+                                f"{dtype.itemsize} bytes)")  # fmt: skip
         return self if dtype == self.dtype else Tensor(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -658,7 +659,7 @@ class Tensor(*MIXINS, metaclass=_TensorType):
         """Elementwise difference."""
         x, y = self._binary_operands(other, "sub", reverse)
         if x.dtype == dtypes.bool:
-            raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+            raise DtypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
         return x._alu(Ops.ADD, y.neg())
 
     def mul(self, other: Any, reverse: bool = False) -> Tensor:
@@ -758,7 +759,7 @@ class Tensor(*MIXINS, metaclass=_TensorType):
     def _bitwise(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
         x, y = self._binary_operands(other, name, reverse)
         if dtypes.is_float(x.dtype):
-            raise TypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
+            raise DtypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
         return x._alu(op, y)
 
     def bitwise_and(self, other: Any) -> Tensor:
@@ -936,8 +937,8 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
     out = []
     for i, (x, y) in enumerate(zip(a2, b2)):
         if x != y and x != 1 and y != 1:
-            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
-                             "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
+            raise ArgumentError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
+                                "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
         out.append(y if x == 1 else x)
     return tuple(out)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.helpers import prod
 from glassgrad.mixin.spatial_nd import conv_rank, pool_rank
 from glassgrad.schedule.split_reduce import cache_sized_part
@@ -35,7 +36,7 @@ def _nn_tensor(value: Any, like: Tensor, op: str, name: str) -> Tensor | None:
     if not isinstance(value, Tensor):
         return Tensor(value, device=like.device)
     if value.device != like.device:
-        raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
+        raise ArgumentError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value
 
 
@@ -43,7 +44,7 @@ def _param_of_shape(value: Any, like: Tensor, shape: tuple[int, ...], op: str, n
     """A per-feature parameter (weight, bias, running stats) that must have exactly `shape`."""
     t = _nn_tensor(value, like, op, name)
     if t is not None and t.shape != shape:
-        raise ValueError(f"{op}: {name} has shape {t.shape} but the input {like.shape} needs {shape}")
+        raise ArgumentError(f"{op}: {name} has shape {t.shape} but the input {like.shape} needs {shape}")
     return t
 
 
@@ -51,8 +52,8 @@ def _trailing_shape(x: Tensor, normalized_shape: int | Sequence[int], op: str) -
     """torch's `normalized_shape`: the last dimensions of the input, over which the statistics are taken."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
-        raise ValueError(f"{op}: normalized_shape {shape} must be the last dimensions of the input, "
-                         f"whose shape is {x.shape}")  # fmt: skip
+        raise ArgumentError(f"{op}: normalized_shape {shape} must be the last dimensions of the input, "
+                            f"whose shape is {x.shape}")  # fmt: skip
     return shape
 
 
@@ -82,14 +83,14 @@ def _running_stats_start(x: Tensor, op: str, args: tuple, momentum: float, eps: 
         return args, None
     running_mean, running_var, weight, bias = args
     if running_mean is None or running_var is None:
-        raise ValueError(f"{op}: running_mean and running_var are required when {flag}")
+        raise ArgumentError(f"{op}: running_mean and running_var are required when {flag}")
     return args, x.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
 
 
 def _per_channel_args(x: Tensor, op: str, **tensors: Any) -> list[Tensor | None]:
     """Check that x is (N, C, *) and that each per-channel tensor is None or of shape (C,); return them in order."""
     if x.ndim < 2:
-        raise ValueError(f"{op}: input needs shape (N, C, *), got {x.shape}")
+        raise ArgumentError(f"{op}: input needs shape (N, C, *), got {x.shape}")
     return [_param_of_shape(value, x, (x.shape[1],), op, name) for name, value in tensors.items()]
 
 
@@ -111,7 +112,7 @@ def _check_momentum(momentum: Any, op: str) -> None:
 
 def _check_reduction(reduction: str, op: str) -> None:
     if reduction not in _LOSS_REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_LOSS_REDUCTIONS}, got {reduction!r}")
+        raise ArgumentError(f"{op}: reduction must be one of {_LOSS_REDUCTIONS}, got {reduction!r}")
 
 
 def _reduced(loss: Tensor, reduction: str) -> Tensor:
@@ -135,7 +136,7 @@ def _elementwise_loss_operands(x: Tensor, target: Tensor, weight: Any, op: str) 
     _broadcast_shape(x.shape, target.shape, op)
     weight = _nn_tensor(weight, x, op, "weight")
     if weight is not None and weight.shape != x.shape:
-        raise ValueError(f"{op}: weight has shape {weight.shape} but must have the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: weight has shape {weight.shape} but must have the input's shape {x.shape}")
     return x._float_input() - target, weight
 
 
@@ -151,8 +152,8 @@ def _index_target(x: Tensor, target: Tensor, class_dim: int, op: str) -> Tensor:
     """Class-index targets: integers with the input's shape less its class dimension."""
     expected = x.shape[:class_dim] + x.shape[class_dim + 1 :]
     if target.shape != expected:
-        raise ValueError(f"{op}: target has shape {target.shape} but input {x.shape} needs class indices of shape "
-                         f"{expected}")  # fmt: skip
+        raise ArgumentError(f"{op}: target has shape {target.shape} but input {x.shape} needs class indices of shape "
+                            f"{expected}")  # fmt: skip
     if not dtypes.is_int(target.dtype):  # RuntimeError, as PyTorch's "expected target dtype to be Long"
         raise RuntimeError(f"{op}: class-index targets must be an integer dtype, got {target.dtype} (class "
                            f"probabilities take the input's shape {x.shape})")  # fmt: skip
@@ -189,8 +190,8 @@ def _class_index_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tens
 def _repeat_heads(t: Tensor, query: Tensor, op: str) -> Tensor:
     """Grouped-query attention: each of key's/value's heads (dim -3) serves query.shape[-3] // heads query heads."""
     if t.ndim < 3 or query.ndim < 3 or query.shape[-3] % t.shape[-3]:
-        raise ValueError(f"{op}: enable_gqa needs heads at dim -3 with query's heads a multiple of key's and "
-                         f"value's, got query {query.shape} and {t.shape}")  # fmt: skip
+        raise ArgumentError(f"{op}: enable_gqa needs heads at dim -3 with query's heads a multiple of key's and "
+                            f"value's, got query {query.shape} and {t.shape}")  # fmt: skip
     heads, repeats = t.shape[-3], query.shape[-3] // t.shape[-3]
     grouped = t.unsqueeze(-3).expand(*t.shape[:-2], repeats, *t.shape[-2:])
     return grouped.reshape(*t.shape[:-3], heads * repeats, *t.shape[-2:])
@@ -206,7 +207,7 @@ def _softmax_of_masked(scores: Tensor) -> Tensor:
 
 def _check_same_shape(x: Tensor, target: Tensor, op: str) -> None:
     if target.shape != x.shape:
-        raise ValueError(f"{op}: target has shape {target.shape} but must have the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: target has shape {target.shape} but must have the input's shape {x.shape}")
 
 
 def _broadcast_weight(value: Any, x: Tensor, op: str, name: str) -> Tensor | None:
@@ -215,7 +216,7 @@ def _broadcast_weight(value: Any, x: Tensor, op: str, name: str) -> Tensor | Non
 
     t = _nn_tensor(value, x, op, name)
     if t is not None and _broadcast_shape(t.shape, x.shape, f"{op}: {name}") != x.shape:
-        raise ValueError(f"{op}: {name} of shape {t.shape} must broadcast to the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: {name} of shape {t.shape} must broadcast to the input's shape {x.shape}")
     return t
 
 
@@ -226,8 +227,8 @@ def _spatial_arg(value: int | Sequence[int], nd: int, op: str, name: str, minimu
     """An int for every spatial dim, or a tuple of `nd` ints (torch's _pair and _triple), each at least `minimum`."""
     values = (value,) * nd if isinstance(value, int) else tuple(value)
     if len(values) != nd or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in values):
-        raise ValueError(f"{op}: {name} must be an int or a tuple of {nd} ints, each at least {minimum}; "
-                         f"got {value!r}")  # fmt: skip
+        raise ArgumentError(f"{op}: {name} must be an int or a tuple of {nd} ints, each at least {minimum}; "
+                            f"got {value!r}")  # fmt: skip
     return values
 
 
@@ -239,16 +240,16 @@ def _conv_padding(padding: int | Sequence[int] | str, nd: int, kernel: tuple[int
         if padding == "valid":
             return [(0, 0)] * nd
         if padding != "same":
-            raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
+            raise ArgumentError(f"{op}: padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
         if any(s != 1 for s in stride):
-            raise ValueError(f"{op}: padding='same' needs stride 1, got stride {stride}")
+            raise ArgumentError(f"{op}: padding='same' needs stride 1, got stride {stride}")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return [(t // 2, t - t // 2) for t in totals]  # an odd total puts the extra element after, as torch does
     values = (padding,) * nd if isinstance(padding, int) else tuple(padding)
     if len(values) not in (nd, 2 * nd) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
-        raise ValueError(f"{op}: padding must be a non-negative int, a tuple of {nd} (one per spatial dim) or "
-                         f"of {2 * nd} (before and after, last dim first, as F.pad), 'same' or 'valid'; "
-                         f"got {padding!r}")  # fmt: skip
+        raise ArgumentError(f"{op}: padding must be a non-negative int, a tuple of {nd} (one per spatial dim) or "
+                            f"of {2 * nd} (before and after, last dim first, as F.pad), 'same' or 'valid'; "
+                            f"got {padding!r}")  # fmt: skip
     if len(values) == nd:
         return [(p, p) for p in values]
     return [(values[2 * j], values[2 * j + 1]) for j in reversed(range(nd))]
@@ -341,7 +342,7 @@ def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
     if not isinstance(value, Tensor):
         return Tensor(value, device=like.device)
     if value.device != like.device:
-        raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
+        raise ArgumentError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value
 
 
@@ -352,7 +353,7 @@ def _spatial_names(nd: int) -> tuple[str, ...]:
 def _check_input(x: Tensor, nd: int, op: str) -> None:
     if x.ndim not in (nd + 1, nd + 2):
         dims = ", ".join(_spatial_names(nd))
-        raise ValueError(f"{op}: input must be (N, C, {dims}) or (C, {dims}), got shape {x.shape}")
+        raise ArgumentError(f"{op}: input must be (N, C, {dims}) or (C, {dims}), got shape {x.shape}")
 
 
 def _batched(x: Tensor, nd: int) -> Tensor:
@@ -371,7 +372,7 @@ def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int,
     padded = tuple(s + before + after for s, (before, after) in zip(x.shape[2:], pads, strict=True))
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     if any(p < r for p, r in zip(padded, reach, strict=True)):
-        raise ValueError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
+        raise ArgumentError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
     windows, w = _grouped_windows(x, weight, stride, pads, dilation, groups)
     # the input channels and kernel offsets go last, so that the reduction is the innermost loop
     order = (0, 1, 2, *range(4, 4 + nd), 3, *range(4 + nd, 4 + 2 * nd))
@@ -435,9 +436,9 @@ def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: 
     weight = _conv_operand(weight, x, op, "weight")
     if weight.ndim != nd + 2:
         dims = ", ".join("k" + s for s in _spatial_names(nd))
-        raise ValueError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
+        raise ArgumentError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+        raise ArgumentError(f"{op}: groups must be a positive int, got {groups!r}")
     return weight
 
 
@@ -447,7 +448,7 @@ def _conv_bias(x: Tensor, bias: Any, out_channels: int, op: str) -> Tensor | Non
         return None
     bias = _conv_operand(bias, x, op, "bias")
     if bias.shape != (out_channels,):
-        raise ValueError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
+        raise ArgumentError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
     return bias
 
 
@@ -457,10 +458,10 @@ def _conv(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[int], paddin
     weight = _conv_weight(x, weight, groups, nd, op, "out_channels, in_channels / groups")
     channels, (out_channels, group_channels) = x.shape[-nd - 1], weight.shape[:2]
     if channels != group_channels * groups:
-        raise ValueError(f"{op}: input has {channels} channels but weight expects {group_channels * groups} "
-                         f"(groups={groups})")  # fmt: skip
+        raise ArgumentError(f"{op}: input has {channels} channels but weight expects {group_channels * groups} "
+                            f"(groups={groups})")  # fmt: skip
     if out_channels % groups:
-        raise ValueError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
+        raise ArgumentError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
     bias = _conv_bias(x, bias, out_channels, op)
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
@@ -479,10 +480,10 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     weight = _conv_weight(x, weight, groups, nd, op, "in_channels, out_channels / groups")
     channels, kernel = x.shape[-nd - 1], weight.shape[2:]
     if channels != weight.shape[0]:
-        raise ValueError(f"{op}: input has {channels} channels but weight expects {weight.shape[0]} (weight is "
-                         f"(in_channels, out_channels / groups, ...))")  # fmt: skip
+        raise ArgumentError(f"{op}: input has {channels} channels but weight expects {weight.shape[0]} (weight is "
+                            f"(in_channels, out_channels / groups, ...))")  # fmt: skip
     if channels % groups:
-        raise ValueError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
+        raise ArgumentError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
     out_channels = weight.shape[1] * groups
     bias = _conv_bias(x, bias, out_channels, op)
     stride = _spatial_arg(stride, nd, op, "stride")
@@ -491,15 +492,15 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     output_padding = _spatial_arg(output_padding, nd, op, "output_padding", minimum=0)
     for extra, s, d in zip(output_padding, stride, dilation, strict=True):
         if extra >= s and extra >= d:
-            raise ValueError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} or "
-                             f"the dilation {dilation}")  # fmt: skip
+            raise ArgumentError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} or "
+                                f"the dilation {dilation}")  # fmt: skip
     unbatched, x = x.ndim == nd + 1, _batched(x, nd)
     sizes = x.shape[2:]
     geometry = list(zip(sizes, kernel, stride, padding, dilation, output_padding, strict=True))
     outs = [(n - 1) * s - 2 * p + d * (k - 1) + extra + 1 for n, k, s, p, d, extra in geometry]
     if any(o <= 0 for o in outs):
-        raise ValueError(f"{op}: the output size {tuple(outs)} is not positive for input {x.shape} and kernel "
-                         f"{kernel}")  # fmt: skip
+        raise ArgumentError(f"{op}: the output size {tuple(outs)} is not positive for input {x.shape} and kernel "
+                            f"{kernel}")  # fmt: skip
     pads = [(d * (k - 1) - p, d * (k - 1) - p + extra) for _, k, _, p, d, extra in geometry]
     out = _transposed_convolve(x, weight, bias, stride, pads, dilation, groups, op)
     return out[0] if unbatched else out
@@ -542,11 +543,11 @@ def _pool_geometry(x: Tensor, kernel_size: int | Sequence[int], stride: int | Se
     padding = _spatial_arg(padding, nd, op, "padding", minimum=0)
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     if any(2 * p > r for p, r in zip(padding, reach, strict=True)):
-        raise ValueError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
+        raise ArgumentError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
     sizes = x.shape[-nd:]
     if any(n + 2 * p < r for n, p, r in zip(sizes, padding, reach, strict=True)):
-        raise ValueError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
-                         f"(dilated) kernel {reach}")  # fmt: skip
+        raise ArgumentError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
+                            f"(dilated) kernel {reach}")  # fmt: skip
     outs, after = [], []
     for n, s, p, r in zip(sizes, stride, padding, reach, strict=True):
         o = (n + 2 * p - r + (s - 1 if ceil_mode else 0)) // s + 1
@@ -621,7 +622,7 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
     sums = _summed(windows, None, window_axes, None, x.dtype)
     if divisor_override is not None:
         if isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0:
-            raise ValueError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
+            raise ArgumentError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
         return sums / divisor_override
     # the divisor counts what torch counts: the input, with count_include_pad the padding, never ceil_mode's overhang
     divisor: Tensor | int = 1
@@ -751,8 +752,8 @@ class NNMixin:
         weight, bias = _per_channel_args(self, "group_norm", weight=weight, bias=bias)
         n, channels = self.shape[:2]
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0 or channels % num_groups:
-            raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive int that divides the "
-                             f"{channels} channels of the input {self.shape}")  # fmt: skip
+            raise ArgumentError(f"group_norm: num_groups={num_groups!r} must be a positive int that divides the "
+                                f"{channels} channels of the input {self.shape}")  # fmt: skip
         grouped = self._float_input().reshape(n, num_groups, self.numel() // max(n * num_groups, 1))
         out = _standardized(grouped, (2,), eps)[0].reshape(self.shape)
         return _scale_and_shift(out, weight, bias, _channel_view(self))
@@ -770,13 +771,13 @@ class NNMixin:
                 return t if t is None else t.reshape(view)
             if t.ndim == self.ndim and all(s in (1, v) for s, v in zip(t.shape, view, strict=True)):
                 return t  # already laid out to broadcast against the input
-            raise ValueError(f"batchnorm: {name} has shape {t.shape} but the input {self.shape} with axis={axis} "
-                             f"needs {channels} (or {view})")  # fmt: skip
+            raise ArgumentError(f"batchnorm: {name} has shape {t.shape} but the input {self.shape} with axis={axis} "
+                                f"needs {channels} (or {view})")  # fmt: skip
 
         weight, bias = per_channel(weight, "weight"), per_channel(bias, "bias")
         mean, invstd = per_channel(mean, "mean"), per_channel(invstd, "invstd")
         if mean is None or invstd is None:
-            raise ValueError("batchnorm: mean and invstd are required; weight and bias may be None")
+            raise ArgumentError("batchnorm: mean and invstd are required; weight and bias may be None")
         x = self._float_input() - mean
         if weight is not None:
             x = x * weight
@@ -794,7 +795,7 @@ class NNMixin:
             return from_running
         count = self.numel() // self.shape[1] if self.shape[1] else 0
         if count <= 1:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got {self.shape}")
+            raise ArgumentError(f"batch_norm: expected more than 1 value per channel when training, got {self.shape}")
         axes = (0, *range(2, self.ndim))
         _, mean, var = _standardized(self._float_input(), axes, eps)
         _update_running_stat(running_mean, mean.reshape(self.shape[1]), momentum)
@@ -818,7 +819,7 @@ class NNMixin:
             return from_running
         count = prod(self.shape[2:])
         if count <= 1:
-            raise ValueError(f"instance_norm: expected more than 1 spatial element per channel, got input {self.shape}")
+            raise ArgumentError(f"instance_norm: expected more than 1 spatial element per channel, got {self.shape}")
         out, mean, var = _standardized(self._float_input(), tuple(range(2, self.ndim)), eps)
         _update_running_stat(running_mean, mean.mean(0).reshape(self.shape[1]), momentum)
         _update_running_stat(running_var, (var * (count / (count - 1))).mean(0).reshape(self.shape[1]), momentum)
@@ -836,22 +837,22 @@ class NNMixin:
         query, key, value = self, _nn_tensor(key, self, op, "key"), _nn_tensor(value, self, op, "value")
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.ndim < 2:
-                raise ValueError(f"{op}: {name} needs shape (..., length, features), got {t.shape}")
+                raise ArgumentError(f"{op}: {name} needs shape (..., length, features), got {t.shape}")
         if query.shape[-1] != key.shape[-1]:
-            raise ValueError(f"{op}: query {query.shape} and key {key.shape} differ in their last dimension "
-                             f"({query.shape[-1]} != {key.shape[-1]})")  # fmt: skip
+            raise ArgumentError(f"{op}: query {query.shape} and key {key.shape} differ in their last dimension "
+                                f"({query.shape[-1]} != {key.shape[-1]})")  # fmt: skip
         if key.shape[-2] != value.shape[-2]:
-            raise ValueError(f"{op}: key {key.shape} and value {value.shape} differ in length (dim -2: "
-                             f"{key.shape[-2]} != {value.shape[-2]})")  # fmt: skip
+            raise ArgumentError(f"{op}: key {key.shape} and value {value.shape} differ in length (dim -2: "
+                                f"{key.shape[-2]} != {value.shape[-2]})")  # fmt: skip
         if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p <= 1:
-            raise ValueError(f"{op}: dropout_p must be a probability in [0, 1], got {dropout_p!r}")
+            raise ArgumentError(f"{op}: dropout_p must be a probability in [0, 1], got {dropout_p!r}")
         if enable_gqa:
             key, value = _repeat_heads(key, query, op), _repeat_heads(value, query, op)
         length, source_length = query.shape[-2], key.shape[-2]
         scores = query.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
         if is_causal:
             if attn_mask is not None:
-                raise ValueError(f"{op}: pass attn_mask or is_causal=True, not both")
+                raise ArgumentError(f"{op}: pass attn_mask or is_causal=True, not both")
             rows = Tensor.arange(length, device=self.device).reshape(length, 1)
             attn_mask = Tensor.arange(source_length, device=self.device).reshape(1, source_length) <= rows
         if attn_mask is not None:
@@ -862,8 +863,8 @@ class NNMixin:
             elif dtypes.is_float(attn_mask.dtype):
                 scores = scores + attn_mask
             else:
-                raise TypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
-                                f"got {attn_mask.dtype}")  # fmt: skip
+                raise DtypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
+                                 f"got {attn_mask.dtype}")  # fmt: skip
         weights = scores.softmax(-1) if attn_mask is None else _softmax_of_masked(scores)
         if dropout_p:
             weights = weights.dropout(dropout_p)
@@ -879,9 +880,9 @@ class NNMixin:
         target = _loss_target(self, target, Y, op)
         _check_reduction(reduction, op)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
+            raise ArgumentError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
         class_dim = 0 if self.ndim == 1 else 1
         n_classes = self.shape[class_dim]
         weight = _param_of_shape(weight, self, (n_classes,), op, "weight")
@@ -902,7 +903,7 @@ class NNMixin:
         target = _loss_target(self, target, Y, op)
         _check_reduction(reduction, op)
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
         class_dim = 0 if self.ndim == 1 else 1
         weight = _param_of_shape(weight, self, (self.shape[class_dim],), op, "weight")
         target = _index_target(self, target, class_dim, op)
@@ -914,15 +915,15 @@ class NNMixin:
         op = "sparse_categorical_crossentropy"
         _check_reduction(reduction, op)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
+            raise ArgumentError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (..., C) with the classes last, got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (..., C) with the classes last, got a 0-d tensor")
         Y = _nn_tensor(Y, self, op, "Y")
         if Y.shape != self.shape[:-1]:
-            raise ValueError(f"{op}: Y has shape {Y.shape} but input {self.shape} needs class indices of shape "
-                             f"{self.shape[:-1]}")  # fmt: skip
+            raise ArgumentError(f"{op}: Y has shape {Y.shape} but input {self.shape} needs class indices of shape "
+                                f"{self.shape[:-1]}")  # fmt: skip
         if Y.dtype == dtypes.bool:
-            raise TypeError(f"{op}: Y must hold class indices (integers, or whole floats), got {Y.dtype}")
+            raise DtypeError(f"{op}: Y must hold class indices (integers, or whole floats), got {Y.dtype}")
         class_dim = self.ndim - 1
         return _class_index_loss(self.log_softmax(class_dim), Y, class_dim, None, ignore_index, reduction,
                                  label_smoothing, op)  # fmt: skip
@@ -985,7 +986,7 @@ class NNMixin:
         """torch's smooth_l1_loss: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta."""
         _check_reduction(reduction, "smooth_l1_loss")
         if beta < 0:
-            raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+            raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
         diff, _ = _elementwise_loss_operands(self, _nn_tensor(target, self, "smooth_l1_loss", "target"), None,
                                              "smooth_l1_loss")  # fmt: skip
         d = diff.abs()
@@ -997,7 +998,7 @@ class NNMixin:
         """torch's huber_loss: 0.5 d**2 where |d| < delta, else delta * (|d| - 0.5 delta); a weighted mean is a mean."""
         _check_reduction(reduction, "huber_loss")
         if delta <= 0:
-            raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+            raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
         diff, weight = _elementwise_loss_operands(self, _nn_tensor(target, self, "huber_loss", "target"), weight,
                                                   "huber_loss")  # fmt: skip
         d = diff.abs()
