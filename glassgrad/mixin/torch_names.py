@@ -140,12 +140,12 @@ class TorchNamesMixin:
 
     # ---- tinygrad's helpers ----
 
-    def replace(self: Tensor, x: Tensor) -> Tensor:
-        """This tensor, now standing for `x`'s values (same shape; dtype and device may differ), as tinygrad's."""
+    def replace(self: Tensor, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
+        """This tensor, now standing for `x`'s values (same shape unless allowed; dtype and device may differ)."""
         # it keeps its own requires_grad and leaf status: a parameter loaded this way stays a parameter
         if not isinstance(x, type(self)):
             raise TypeError(f"replace: expects a Tensor, got {_described(x)}")
-        if x.shape != self.shape:
+        if x.shape != self.shape and not allow_shape_mismatch:
             raise ShapeError(f"replace: the new value has shape {x.shape} but the tensor has shape {self.shape}")
         if self._requires_grad and not dtypes.is_float(x.dtype):
             raise RuntimeError(f"replace: this tensor requires grad, but the new value has dtype {x.dtype}")

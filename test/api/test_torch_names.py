@@ -211,6 +211,7 @@ def test_replace_points_the_tensor_at_new_values():
     assert same is x and x.dtype == dtypes.int32 and x.tolist() == [4, 5, 6]
     with pytest.raises(RuntimeError, match=r"replace: the new value has shape \(2,\) but the tensor has shape \(3,\)"):
         x.replace(Tensor([1, 2]))
+    assert x.replace(Tensor([1, 2]), allow_shape_mismatch=True).shape == (2,)
 
 
 def test_replace_keeps_a_parameter_a_leaf_for_backward():
