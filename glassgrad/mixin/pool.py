@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.mixin.conv import _check_input, _spatial_arg, _windows
 from glassgrad.mixin.linalg import _summed
 from glassgrad.mixin.small_tensors import _arange
+from glassgrad.mixin.spatial_nd import pool_rank
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -28,11 +30,11 @@ def _pool_geometry(x: Tensor, kernel_size: int | Sequence[int], stride: int | Se
     padding = _spatial_arg(padding, nd, op, "padding", minimum=0)
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     if any(2 * p > r for p, r in zip(padding, reach, strict=True)):
-        raise ValueError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
+        raise ArgumentError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
     sizes = x.shape[-nd:]
     if any(n + 2 * p < r for n, p, r in zip(sizes, padding, reach, strict=True)):
-        raise ValueError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
-                         f"(dilated) kernel {reach}")  # fmt: skip
+        raise ArgumentError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
+                            f"(dilated) kernel {reach}")  # fmt: skip
     outs, after = [], []
     for n, s, p, r in zip(sizes, stride, padding, reach, strict=True):
         o = (n + 2 * p - r + (s - 1 if ceil_mode else 0)) // s + 1
@@ -98,7 +100,7 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
     sums = _summed(windows, None, window_axes, None, x.dtype)
     if divisor_override is not None:
         if isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0:
-            raise ValueError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
+            raise ArgumentError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
         return sums / divisor_override
     # the divisor counts what torch counts: the input, with count_include_pad the padding, never ceil_mode's overhang
     divisor: Tensor | int = 1
@@ -125,7 +127,8 @@ class PoolMixin:
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
                    return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
         """torch's max_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W); the gradient goes to the first max."""
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
+        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                         pool_rank(kernel_size, 2), "max_pool2d")  # fmt: skip
 
     def max_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
@@ -145,7 +148,7 @@ class PoolMixin:
                    divisor_override: int | None = None, dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
         """torch's avg_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W) (dilation: tinygrad's extra)."""
         return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation,
-                         2, "avg_pool2d")  # fmt: skip
+                         pool_rank(kernel_size, 2), "avg_pool2d")  # fmt: skip
 
     def avg_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,

@@ -81,12 +81,14 @@ class Conv3d(_ConvNd):
     dims = 3
 
 
-class ConvTranspose2d:
-    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
+class _ConvTransposeNd:
+    """Transposed convolution over the last len(kernel_size) dims, weight (in, out/groups, *kernel)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0,
+    dims = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1):  # fmt: skip
-        self.kernel_size = _tuple(kernel_size, 2)
+        self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
         # PyTorch computes fan_in from the weight's dim 1 (out/groups) for transposed convolutions
@@ -96,8 +98,27 @@ class ConvTranspose2d:
         self.bias = _uniform((out_channels,), bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv_transpose2d(self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
-                                  self.dilation)  # fmt: skip
+        conv = (Tensor.conv_transpose1d, Tensor.conv_transpose2d, Tensor.conv_transpose3d)[self.dims - 1]
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                    self.dilation)  # fmt: skip
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-d convolution, weight (in, out/groups, k) as torch.nn.ConvTranspose1d."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
+
+    dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution, weight (in, out/groups, kd, kh, kw) as torch.nn.ConvTranspose3d."""
+
+    dims = 3
 
 
 class BatchNorm:
