@@ -21,3 +21,22 @@ class EmptyReductionError(ValueError, IndexError, RuntimeError):
 class DtypeError(TypeError, NotImplementedError):
     """A dtype the op does not take: PyTorch's RuntimeError, or its subclass NotImplementedError (a bitwise op of
     floats), which this is."""
+
+
+class UnknownDtypeError(TypeError, AttributeError):
+    """A dtype name that names no dtype: PyTorch's TypeError, and tinygrad's AttributeError (dtypes has no such
+    attribute)."""
+
+
+class UnsupportedModeError(ArgumentError, NotImplementedError):
+    """An option value (a padding or resizing mode) the op does not have: PyTorch's NotImplementedError."""
+
+
+class DimensionError(ArgumentError, IndexError):
+    """A tensor without the dimension the op needs (cat of 0-d tensors): PyTorch's RuntimeError, tinygrad's
+    IndexError."""
+
+
+class ListAndTensorsError(ArgumentError, TypeError):
+    """Tensors given as a list and one by one at once (Tensor.cat([a, b], c)): PyTorch's TypeError (it reads the
+    second argument as dim), tinygrad's ValueError."""

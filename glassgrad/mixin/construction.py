@@ -31,7 +31,7 @@ class ConstructionMixin:
         start, end = truncate(ends, start), truncate(ends, end)
         step = truncate(working, truncate(working, end - start) / (steps - 1)) if steps > 1 else 0.0
         i = cls.arange(steps, device=device, dtype=working)
-        values = (i < steps // 2).where(start + i * step, end - (steps - 1 - i) * step)
+        values = (i < max(steps // 2, 1)).where(start + i * step, end - (steps - 1 - i) * step)  # steps=1: start
         return values.cast(dtype).requires_grad_(kwargs.get("requires_grad"))
 
     def diag(self: Tensor, diagonal: int = 0) -> Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +42,18 @@ def _conv_padding(padding: int | Sequence[int] | str, nd: int, kernel: tuple[int
             raise ArgumentError(f"{op}: padding='same' needs stride 1, got stride {stride}")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return [(t // 2, t - t // 2) for t in totals]  # an odd total puts the extra element after, as torch does
+    return padding_pairs(padding, nd, op, minimum=None)
+
+
+def padding_pairs(padding: int | Sequence[int], nd: int, op: str, minimum: int | None = 0) -> list[tuple[int, int]]:
+    """(before, after) per spatial dim from an int, one int per dim, or 2 * nd ints in F.pad's order (last dim first:
+    left, right, top, bottom), each at least `minimum` (None: any int; a negative one crops, as tinygrad's)."""
     values = (padding,) * nd if isinstance(padding, int) else tuple(padding)
-    if len(values) not in (nd, 2 * nd) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
-        raise ArgumentError(f"{op}: padding must be a non-negative int, a tuple of {nd} (one per spatial dim) or "
-                            f"of {2 * nd} (before and after, last dim first, as F.pad), 'same' or 'valid'; "
+    low = -math.inf if minimum is None else minimum
+    if len(values) not in (nd, 2 * nd) or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in values):
+        least = "" if minimum is None else f", each at least {minimum}"
+        raise ArgumentError(f"{op}: padding must be an int or a tuple of {nd} (one per spatial dim) or of {2 * nd} "
+                            f"ints (before and after, last dim first, as F.pad){least}, or 'same' or 'valid'; "
                             f"got {padding!r}")  # fmt: skip
     if len(values) == nd:
         return [(p, p) for p in values]

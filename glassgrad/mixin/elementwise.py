@@ -121,6 +121,8 @@ class ElementwiseMixin:
 
     def div(self, other: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """Elementwise true division (ints become floats); rounding_mode 'trunc' or 'floor' as in PyTorch."""
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         x, y = self._binary_operands(other, "div", reverse)
         if rounding_mode is None:
             x, y = x._float_input(), y._float_input()

@@ -148,7 +148,8 @@ class GatherMixin:
         return mask.where(value.cast(self.dtype), self)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
-        """int64 one-hot encoding on a new last axis; num_classes=-1 realizes max()+1."""
+        """One-hot encoding on a new last axis, of dtypes.default_int (tinygrad's int32; int64, PyTorch's, once
+        dtypes.default_int is int64); num_classes=-1 realizes max()+1."""
         _check_index_tensor(self, "one_hot", "the tensor")
         if num_classes == -1:
             if self.numel() == 0:
@@ -157,4 +158,4 @@ class GatherMixin:
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ArgumentError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
         classes = checked_index(self, num_classes, f"one_hot: class {{value}} is outside 0..{num_classes - 1}")
-        return (classes.unsqueeze(-1) == _arange(num_classes, self)).cast(dtypes.int64)
+        return (classes.unsqueeze(-1) == _arange(num_classes, self)).cast(dtypes.default_int)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
-from glassgrad.errors import ArgumentError
+from glassgrad.errors import ArgumentError, DimensionError, ListAndTensorsError, UnsupportedModeError
 from glassgrad.mixin.index import _take_every
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _full_like_scalar, _positions
 from glassgrad.shape import ShapeError, shape_arg
@@ -21,13 +21,17 @@ PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 # mode -> how many dims it resizes; tinygrad's "linear" resizes as many as `size` names (bilinear, trilinear)
-INTERPOLATE_MODES = {"nearest": None, "linear": None, "bilinear": 2, "trilinear": 3}
+INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": None, "bilinear": 2, "trilinear": 3}
 
 
 def _tensor_list(first: Any, rest: tuple, op: str) -> list[Tensor]:
-    """The tensors of a.cat(b, c), Tensor.cat(a, b) or Tensor.cat([a, b])."""
+    """The tensors of a.cat(b, c), Tensor.cat(a, b) or Tensor.cat([a, b]): one list, or tensors one by one."""
+    given = (first, *rest)
+    if len(given) > 1 and any(isinstance(item, (list, tuple)) for item in given):
+        raise ListAndTensorsError(f"{op}: pass the tensors as one list or one by one, not a list and more "
+                            f"(Tensor.{op}([a, b], c)); dim is a keyword")  # fmt: skip
     items: list[Any] = []
-    for item in (first, *rest):
+    for item in given:
         items.extend(item) if isinstance(item, (list, tuple)) else items.append(item)
     if not items:
         raise ArgumentError(f"{op}: expected a non-empty list of tensors")
@@ -99,12 +103,16 @@ def _input_scale(n_in: int, n_out: int, factor: float | None) -> float:
     return _f32(1.0 / factor) if factor is not None and factor > 0 else _f32(n_in / n_out)
 
 
-def _resize_nearest(x: Tensor, d: int, out: int, factor: float | None) -> Tensor:
+def _resize_nearest(x: Tensor, d: int, out: int, factor: float | None, exact: bool = False) -> Tensor:
+    """PyTorch's nearest: source floor(i * scale); nearest-exact: the nearest centre, floor((i + 0.5) * scale)."""
     n = x.shape[d]
     if out == n:
         return x
     scale = _input_scale(n, out, factor)
-    src = [i >> 1 if out == 2 * n else min(math.floor(_f32(i * scale)), n - 1) for i in range(out)]
+    if exact:
+        src = [min(math.floor(_f32((i + 0.5) * scale)), n - 1) for i in range(out)]
+    else:
+        src = [i >> 1 if out == 2 * n else min(math.floor(_f32(i * scale)), n - 1) for i in range(out)]
     if out % n == 0 and src == [i // (out // n) for i in range(out)]:  # every element k times in a row: a view
         k = out // n
         return x.unsqueeze(d + 1).expand(x.shape[: d + 1] + (k,) + x.shape[d + 1 :]).flatten(d, d + 1)
@@ -152,7 +160,7 @@ class JoinMixin:
         first = next((t for t in parts if t.shape != (0,)), parts[0])
         parts = [t for t in parts if t.shape != (0,) or t.ndim == first.ndim]  # PyTorch skips other 1-d empties
         if first.ndim == 0:
-            raise ArgumentError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+            raise DimensionError("cat: zero-dimensional tensors cannot be concatenated; use stack")
         dim = first._axis(dim if axis is None else axis, "cat")
         for i, t in enumerate(parts):
             if t.ndim != first.ndim or t.shape[:dim] + t.shape[dim + 1 :] != first.shape[:dim] + first.shape[dim + 1 :]:
@@ -351,7 +359,7 @@ class JoinMixin:
             raise TypeError("pad: pass the padding once, as `padding` or as `pad`")
         pairs = _pad_pairs(self, padding if pad is None else pad)
         if mode not in PAD_MODES:
-            raise ArgumentError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+            raise UnsupportedModeError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
         if mode != "constant" and value not in (None, 0):
             raise ArgumentError(f"pad: mode {mode!r} takes no value (got value={value})")
         if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops: PyTorch crops first unless it reflects
@@ -380,8 +388,8 @@ class JoinMixin:
                     recompute_scale_factor: bool | None = None) -> Tensor:  # fmt: skip
         """Resize as torch.nn.functional.interpolate: nearest, linear (any dims, as tinygrad), bilinear, trilinear."""
         if mode not in INTERPOLATE_MODES:
-            raise ArgumentError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
-        if mode == "nearest" and align_corners is not None:
+            raise UnsupportedModeError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+        if mode.startswith("nearest") and align_corners is not None:
             raise ArgumentError("interpolate: align_corners can only be set with mode 'linear', 'bilinear' or "
                                 "'trilinear'")  # fmt: skip
         if (size is None) == (scale_factor is None):
@@ -400,8 +408,8 @@ class JoinMixin:
             factor = None if size is not None or recompute_scale_factor else float(v)
             if out <= 0 or n == 0:
                 raise ArgumentError(f"interpolate: input size {n} and output size {out} of dim {d} must be positive")
-            if mode == "nearest":
-                x = _resize_nearest(x, d, out, factor)
+            if mode.startswith("nearest"):
+                x = _resize_nearest(x, d, out, factor, exact=mode == "nearest-exact")
             else:
                 x = _resize_linear(x, d, out, factor, bool(align_corners))
         return x

@@ -305,9 +305,11 @@ class MathMixin:
         """True where x is NaN."""
         return self.ne(self) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
 
-    def isinf(self: Tensor) -> Tensor:
-        """True where x is +inf or -inf."""
-        return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where x is +inf or -inf (tinygrad's detect_positive / detect_negative pick one sign)."""
+        if not dtypes.is_float(self.dtype):
+            return self.full_like(False, dtype=dtypes.bool)
+        return (self == math.inf) * detect_positive | (self == -math.inf) * detect_negative
 
     def isfinite(self: Tensor) -> Tensor:
         """True where x is neither inf nor NaN."""

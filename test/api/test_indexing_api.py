@@ -467,8 +467,10 @@ def test_cat_and_stack_bad_arguments_raise():
         Tensor(1.0).cat(Tensor(2.0))
     with pytest.raises(ValueError, match=r"stack: every tensor must have the same shape"):
         Tensor.zeros(3).stack(Tensor.zeros(2))
-    with pytest.raises(TypeError, match="cat: item 1 is a list, not a Tensor"):
+    with pytest.raises(TypeError, match="cat: pass the tensors as one list or one by one"):
         Tensor.cat(Tensor.zeros(3), [[1.0]])
+    with pytest.raises(TypeError, match="cat: item 1 is a list, not a Tensor"):
+        Tensor.cat([Tensor.zeros(3), [1.0]])
 
 
 def _pieces(method, arg, dim):
@@ -707,7 +709,7 @@ def test_interpolate_bad_arguments_raise():
         x.interpolate(3, align_corners=True)
     with pytest.raises(ValueError, match=r"interpolate: mode 'bilinear' resizes 2 dims, got 1 for shape \(1, 1, 4\)"):
         x.interpolate(3, mode="bilinear")
-    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, linear, bilinear"):
+    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, nearest-exact, linear, bilinear"):
         x.interpolate(3, mode="bicubic")
 
 

@@ -39,7 +39,7 @@ def test_max_unpool2d_matches_torch(shape, pool, extra):
 def test_max_unpool2d_inverts_glassgrads_own_max_pool2d_as_tinygrad():
     t = Tensor.arange(1, 17).reshape(1, 1, 4, 4).float()
     output, indices = t.max_pool2d(return_indices=True)
-    assert indices.dtype == dtypes.int64
+    assert indices.dtype == dtypes.default_int
     expected = [[[[0, 0, 0, 0], [0, 6, 0, 8], [0, 0, 0, 0], [0, 14, 0, 16]]]]
     assert output.max_unpool2d(indices).tolist() == expected
 

@@ -219,4 +219,3 @@ def test_replace_keeps_a_parameter_a_leaf_for_backward():
     w.replace(w.detach() * 3)  # as tinygrad's state loading does: new values, the same parameter
     (w * w).sum().backward()
     assert w.is_leaf and w.tolist() == [3.0, -6.0] and w.grad.tolist() == [6.0, -12.0]
-
