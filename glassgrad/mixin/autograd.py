@@ -30,6 +30,7 @@ class AutogradMixin:
     _is_leaf: bool  # no autograd history: backward() gives its gradient to .grad
     _autograd_uop: UOp | None  # the graph that built this tensor, kept for backward() after realize
     _graph_freed = False  # backward() ran without retain_graph: realizing this tensor keeps no graph for autograd
+    _is_parameter = False  # a layer's weight or bias (backward_targets.parameter): PyTorch's nn.Parameter
 
     @property
     def requires_grad(self: Tensor) -> bool | None:

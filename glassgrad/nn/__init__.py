@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from glassgrad.backward_targets import parameter
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.nn import datasets, optim, state  # noqa: F401  (tinygrad: nn.datasets, nn.optim, nn.state)
@@ -13,7 +14,7 @@ from glassgrad.tensor_checks import checked_index
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     """U(-bound, bound): PyTorch's default for weights (kaiming_uniform with a=sqrt(5)) and biases of these layers."""
-    return Tensor.uniform(*shape, low=-bound, high=bound).contiguous()
+    return parameter(Tensor.uniform(*shape, low=-bound, high=bound).contiguous())
 
 
 def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
@@ -22,7 +23,8 @@ def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
     .contiguous() is not enough: equal lazy graphs are one interned node, so two such tensors of one shape (a weight
     and a running_var) would share a buffer."""
     dtype = dtype or dtypes.default_float
-    return Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
+    filled = Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
+    return parameter(filled) if requires_grad is None else filled  # running statistics say False: no parameters
 
 
 def _tuple(value: int | tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -222,7 +224,7 @@ class Embedding:
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = Tensor.randn(num_embeddings, embedding_dim).contiguous()
+        self.weight = parameter(Tensor.randn(num_embeddings, embedding_dim).contiguous())
 
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.dtype.name not in ("int", "long", "char", "short", "uchar", "ushort", "uint", "ulong"):
