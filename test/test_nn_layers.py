@@ -297,3 +297,21 @@ def test_contiguous_tensors_of_equal_graphs_get_their_own_buffers():
     b = Tensor.zeros(3).contiguous()
     a.assign(Tensor.ones(3)).realize()
     assert b.tolist() == [0.0, 0.0, 0.0]  # b reads a's buffer: [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("kwargs", [{"padding": "same", "stride": 2}, {"padding": "same", "stride": (1, 2)},
+                                    {"padding": "not_same"}], ids=str)  # fmt: skip
+def test_conv_layer_rejects_a_bad_padding_string_when_made_as_torch(kwargs):
+    with pytest.raises(ValueError):
+        torch.nn.Conv2d(4, 8, 3, **kwargs)
+    with pytest.raises(ValueError, match="padding must be 'same'"):
+        nn.Conv2d(4, 8, 3, **kwargs)
+    assert nn.Conv2d(4, 8, 3, padding="same", stride=(1, 1)).padding == "same"
+
+
+def test_batchnorm_takes_tinygrads_sz_for_the_number_of_features():
+    layer, twin = nn.BatchNorm(sz=3), torch.nn.BatchNorm2d(3).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(layer(Tensor(x)).numpy(), twin(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="once"):
+        nn.BatchNorm(3, sz=3)

@@ -55,6 +55,10 @@ class _ConvNd:
                              f"must be divisible by groups ({groups})")  # fmt: skip
         self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        strided = set(_tuple(stride, 1)) != {1}
+        if isinstance(padding, str) and (padding not in ("same", "valid") or (padding == "same" and strided)):
+            raise ValueError(f"{type(self).__name__}: padding must be 'same' (with stride 1) or 'valid' or numbers, "
+                             f"got padding={padding!r} with stride={stride!r}")  # as torch.nn.Conv2d, when made
         fan_in = in_channels // groups * prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
         self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
@@ -126,8 +130,11 @@ class ConvTranspose3d(_ConvTransposeNd):
 class BatchNorm:
     """Batch normalization over dim 1; running statistics are updated in training mode (Tensor.training)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
-                 track_running_stats: bool = True):  # fmt: skip
+    def __init__(self, num_features: int | None = None, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, *, sz: int | None = None):  # fmt: skip
+        if (num_features is None) == (sz is None):
+            raise TypeError("BatchNorm: pass the number of features once, as num_features (or tinygrad's sz)")
+        num_features = sz if num_features is None else num_features
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight = _filled((num_features,), 1.0) if affine else None
         self.bias = _filled((num_features,), 0.0) if affine else None
