@@ -58,7 +58,7 @@ class _ConvNd:
         strided = set(_tuple(stride, 1)) != {1}
         if isinstance(padding, str) and (padding not in ("same", "valid") or (padding == "same" and strided)):
             raise ValueError(f"{type(self).__name__}: padding must be 'same' (with stride 1) or 'valid' or numbers, "
-                             f"got padding={padding!r} with stride={stride!r}")  # as torch.nn.Conv2d, when made
+                             f"got padding={padding!r} with stride={stride!r}")  # fmt: skip
         fan_in = in_channels // groups * prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
         self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
