@@ -1,8 +1,11 @@
 """Which tensors backward() gives a gradient to: one rule for PyTorch scripts and tinygrad 0.14 scripts.
 
 `requires_grad` has three values, as in tinygrad: True (asked for), False (never), None (not said: the default).
-1. Where some leaf of the graph has requires_grad=True, exactly those get .grad, as in PyTorch (an optimizer sets its
-   parameters' None to True, so a training step fills only the parameters' gradients, never the data's).
+1. Where some leaf of the graph has requires_grad=True, those get .grad, as in PyTorch (an optimizer sets its
+   parameters' None to True, so a training step fills only the parameters' gradients, never the data's); and so do
+   the layer parameters of the graph that said nothing (nn's weights and biases, None as tinygrad's): they are
+   PyTorch's nn.Parameter, which requires grad, so `x.requires_grad_(); nn.Linear(3, 2)(x).sum().backward()` fills
+   weight.grad and bias.grad with or without an optimizer. A parameter set to requires_grad=False stays out.
 2. Where none has, every float tensor of the graph whose requires_grad is None gets .grad, as tinygrad 0.14's
    backward() does (it has no requires_grad=True to ask with): `x = Tensor([1.0, 2.0]); (x * x).sum().backward()`
    fills x.grad. A Python number made a tensor (a CONST) is not one of them, as in tinygrad.
@@ -31,7 +34,9 @@ def backward_targets(output: Tensor, root: UOp, names_of: NamesOf) -> list[tuple
     live = live_tensors()
     asked = [t for t in live if t._requires_grad and t._is_leaf]
     if found := _in_graph(root, asked, names_of):
-        return found
+        unsaid = [t for t in live if t._requires_grad is None and t._is_leaf and dtypes.is_float(t.dtype)]
+        parameters = [t for t in unsaid if t._is_parameter]
+        return found + _in_graph(root, parameters, names_of)
     unsaid = [t for t in live if t._requires_grad is None and dtypes.is_float(t.dtype) and t.uop.op is not Ops.CONST]
     found = _in_graph(root, unsaid, names_of)
     if any(t is not output for t, _ in found):  # the output alone is no input to differentiate with respect to
@@ -41,6 +46,13 @@ def backward_targets(output: Tensor, root: UOp, names_of: NamesOf) -> list[tuple
         "can have a gradient (none requires grad, and none is a float tensor that did not say requires_grad=False); "
         "make the inputs float tensors, or pass requires_grad=True"
     )
+
+
+def parameter(t: Tensor) -> Tensor:
+    """Mark `t` a layer's parameter (nn's weights and biases; PyTorch's nn.Parameter): where backward() fills the
+    tensors asked with requires_grad=True, it fills this one too while its requires_grad is None (rule 1)."""
+    t._is_parameter = True
+    return t
 
 
 def unasked_flag(parents: Sequence[Tensor]) -> bool | None:

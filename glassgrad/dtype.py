@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from glassgrad.errors import UnknownDtypeError
 from glassgrad.fp8 import E4M3, E5M2
 
 
@@ -167,7 +168,7 @@ def to_dtype(spec: DType | str) -> DType:
         found = TORCH_NAMES.get(spec) or getattr(dtypes, spec, None)
         if isinstance(found, DType):
             return found
-    raise TypeError(f"unknown dtype {spec!r}; use one of: {', '.join(TORCH_NAMES)}")
+    raise UnknownDtypeError(f"unknown dtype {spec!r}; use one of: {', '.join(TORCH_NAMES)}")
 
 
 def _category(dtype: DType) -> int:

@@ -1,7 +1,12 @@
-"""Data between the host and devices: nested lists, bytes and NumPy arrays as buffers, and buffers' bytes as values."""
+"""Data between the host and devices: nested lists, bytes and NumPy arrays as buffers, and buffers' bytes as values.
+
+Raw bytes (bytes, a bytearray, or a file's contents given as a pathlib.Path) are a tensor's elements as tinygrad's
+Tensor(data, dtype=) reads them: row-major, little-endian, uint8 unless a dtype is given.
+"""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 from glassgrad.dtype import (
@@ -10,6 +15,7 @@ from glassgrad.dtype import (
     to_dtype,
 )
 from glassgrad.engine.realize import buffer_of
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp, new_buffer
 
@@ -28,7 +34,7 @@ def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[in
     shape = parts[0][1]
     for i, (_, s) in enumerate(parts):
         if s != shape:
-            raise ValueError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
+            raise ArgumentError(f"Tensor: nested list is ragged: {where}[0] has shape {shape} but {where}[{i}] has {s}")
     return [v for values, _ in parts for v in values], (len(data), *shape)
 
 
@@ -85,3 +91,18 @@ def _uop_from_numpy(array, dtype: DType | None, device: str) -> UOp:
     source_dtype = _from_numpy_dtype(array.dtype)
     uop = _uop_from_bytes(array.tobytes(order="C"), source_dtype, tuple(array.shape), device)
     return uop if dtype is None or dtype == source_dtype else UOp(Ops.CAST, dtype, (uop,))
+
+
+def raw_elements(data: Any, dtype: DType | None) -> tuple[bytes, DType, tuple[int, ...]] | None:
+    """(bytes, dtype, shape) of a 1-d tensor holding `data`'s bytes, or None where data is not raw bytes."""
+    if isinstance(data, pathlib.PurePath):
+        raw, what = pathlib.Path(data).read_bytes(), f"the file {data}"
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw, what = bytes(data), "the bytes given"
+    else:
+        return None
+    dtype = dtype or dtypes.uint8
+    if len(raw) % dtype.itemsize:
+        raise ArgumentError(f"Tensor: {what} hold {len(raw)} bytes, not a whole number of {dtype} elements "
+                            f"({dtype.itemsize} bytes each)")  # fmt: skip
+    return raw, dtype, (len(raw) // dtype.itemsize,)

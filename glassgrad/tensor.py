@@ -21,6 +21,7 @@ from glassgrad.dtype import (
 from glassgrad.engine.lazy import current, kernelize_tensors, realize_tensors, register, replaced
 from glassgrad.engine.realize import buffer_of
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.helpers import TrainingSwitch, prod, training_flag
 from glassgrad.host_data import (
     _device_node,
@@ -30,6 +31,7 @@ from glassgrad.host_data import (
     _numpy_dtype,
     _uop_from_bytes,
     _uop_from_numpy,
+    raw_elements,
 )
 from glassgrad.mixin import (
     AttentionMixin,
@@ -48,6 +50,7 @@ from glassgrad.mixin import (
     PoolMixin,
     RandomMixin,
     ReduceMixin,
+    UserNamesMixin,
 )
 from glassgrad.mixin.elementwise import check_device_holds
 from glassgrad.runtime.device import Device
@@ -102,7 +105,7 @@ class _TensorType(TrainingSwitch):
 
 class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMixin, IndexMixin, GatherMixin,
              JoinMixin, LinalgMixin, ConvMixin, PoolMixin, NormMixin, AttentionMixin, LossMixin, RandomMixin,
-             CompositionMixin, metaclass=_TensorType):  # fmt: skip
+             CompositionMixin, UserNamesMixin, metaclass=_TensorType):  # fmt: skip
     """A lazy n-dimensional array: operations build a graph of UOps, realized into buffers when needed."""
 
     training = training_flag  # the TRAINING flag (helpers.py): Context(TRAINING=1) is Tensor.train()
@@ -123,13 +126,13 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             values, shape = _flatten_nested(data)
             dtype = dtype or _infer_dtype(values)
             uop = _uop_from_bytes(pack_values(values, dtype), dtype, shape, device)
-        elif isinstance(data, (bytes, bytearray)):
-            uop = _uop_from_bytes(bytes(data), dtypes.uint8, (len(data),), device)
+        elif (raw := raw_elements(data, dtype)) is not None:  # bytes, or a file's (a pathlib.Path)
+            uop = _uop_from_bytes(*raw, device)
         elif type(data).__module__ == "numpy" and hasattr(data, "__array_interface__"):
             uop = _uop_from_numpy(data, dtype, device)
         else:
             raise TypeError(f"Tensor: cannot make a tensor from {type(data).__name__}; "
-                            "use a number, a nested list, bytes or a NumPy array")  # fmt: skip
+                            "use a number, a nested list, bytes, a file's path or a NumPy array")  # fmt: skip
         check_device_holds(uop.device or device, uop.dtype)
         self._start(uop, None, is_leaf=True)
         self._set_requires_grad(requires_grad)
@@ -237,9 +240,9 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         if value.shape != self.shape:
             value = value._broadcast_to(self.shape, "assign")
         if value.device != self.device:
-            raise ValueError(f"assign: value is on {value.device} but the tensor is on {self.device}")
+            raise ArgumentError(f"assign: value is on {value.device} but the tensor is on {self.device}")
         if value.dtype != self.dtype:
-            raise TypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
+            raise DtypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
         # the value as it is now: its own graph, built on nodes realized since (rng state + step), keeps old steps alive
         target, value_now = self._current_uop(), value._current_uop()
         if _reads_through_other_view(value_now, target):  # x.assign(x.T): read everything before it is overwritten
@@ -291,7 +294,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
+            raise ArgumentError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs 1")
         return unpack_values(self._host_bytes(), self.dtype)[0]
 
     def to(self, device: str) -> Tensor:
@@ -335,10 +338,10 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         """A tensor holding a copy of raw bytes, read as `dtype` (row-major, little-endian)."""
         dtype, raw = to_dtype(dtype), bytes(data)
         if len(raw) % dtype.itemsize:
-            raise ValueError(f"frombuffer: {len(raw)} bytes is not a whole number of {dtype} ({dtype.itemsize} bytes)")
+            raise ArgumentError(f"frombuffer: {len(raw)} bytes are not a whole number of {dtype} ({dtype.itemsize} B)")
         shape = (len(raw) // dtype.itemsize,) if shape is None else tuple(shape)
         if prod(shape) * dtype.itemsize != len(raw):
-            raise ValueError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
+            raise ArgumentError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
         device = Device.canonicalize(device or Device.DEFAULT)
         return Tensor(_uop_from_bytes(raw, dtype, shape, device))
 
@@ -357,7 +360,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange: step must not be zero")
+            raise ArgumentError("arange: step must not be zero")
         count = max(0, math.ceil((stop - start) / step))
         ints = dtypes.int64 if max(abs(start), abs(start + step * count)) >= 2**31 else dtypes.default_int  # past int32
         floats = any(isinstance(x, float) for x in (start, stop, step))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, result_type_with_scalar
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.gradient import custom_gradient
 from glassgrad.tensor_checks import nonzero_divisor
 from glassgrad.uop.ops import Ops
@@ -83,7 +84,7 @@ def power(x: Tensor, exponent: Any, reverse: bool = False) -> Tensor:
         return _power_of_scalar(x, exponent)
     base, exp = x._binary_operands(exponent, "pow", reverse)
     if base.dtype == dtypes.bool:
-        raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
+        raise DtypeError("pow: bool tensors have no power; cast to an int or float dtype first")
     if dtypes.is_int(base.dtype):
         return _integer_power(base, exp)
     if base.dtype in (dtypes.float16, dtypes.bfloat16):
@@ -113,12 +114,12 @@ def _power_of_scalar(x: Tensor, n: Any) -> Tensor:
     if not isinstance(n, (int, float)):
         raise TypeError(f"pow: the exponent must be a Tensor or a Python number, got {type(n).__name__}")
     if x.dtype == dtypes.bool:
-        raise TypeError("pow: bool tensors have no power; cast to an int or float dtype first")
+        raise DtypeError("pow: bool tensors have no power; cast to an int or float dtype first")
     n = int(n) if isinstance(n, bool) else n
     x = x.cast(result_type_with_scalar(x.dtype, n))
     if float(n).is_integer() and n < 0 and dtypes.is_int(x.dtype):
-        raise ValueError(f"pow: an integer tensor ({x.dtype}) to a negative integer power ({n}) is not allowed, as in "
-                         "PyTorch; cast to float first")  # fmt: skip
+        raise ArgumentError(f"pow: an integer tensor ({x.dtype}) to a negative integer power ({n}) is not allowed, "
+                            "as in PyTorch; cast to float first")  # fmt: skip
     if x.dtype in (dtypes.float16, dtypes.bfloat16):
         return _power_of_scalar(x.cast(dtypes.float32), n).cast(x.dtype)
     if float(n).is_integer() and abs(n) <= LARGEST_MULTIPLIED_EXPONENT:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 # bottom first; a pattern names modules relative to the package ("uop.*": every module in uop/)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress", "autocast"),  # the standard library only
+    "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress", "autocast", "errors"),  # stdlib only
     "ir": ("uop", "uop.*"),  # UOp, Ops, rewriting, symbolic math, views: no device, no Tensor
     "viz": ("viz", "viz.*"),  # records rewrites and kernels (VIZ=1), serves the page
     "renderer": ("renderer", "renderer.*"),  # the dialects: a linear program -> source text

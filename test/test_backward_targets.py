@@ -84,3 +84,58 @@ def test_tinygrads_rule_accumulates_across_backward_calls_as_pytorch():
     (tx * 3).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
     assert x.grad.dtype == dtypes.float32
+
+
+def _layers():
+    """A small network of nn layers and PyTorch's with the same parameters."""
+    ours = [nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2, bias=False)]
+    theirs = [torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 2, bias=False)]
+    for layer, twin in zip(ours, theirs):
+        for name in ("weight", "bias"):
+            if getattr(twin, name) is not None:
+                getattr(twin, name).data = torch.tensor(getattr(layer, name).numpy())
+    return ours, theirs
+
+
+def test_where_an_input_asked_the_layers_parameters_get_gradients_too_as_pytorchs_parameters():
+    """A PyTorch script without an optimizer: x asks, the layers' weights are nn.Parameter there (None here, as
+    tinygrad's): backward fills x's and every parameter's .grad, not a data tensor's that said nothing."""
+    ours, theirs = _layers()
+    values, scale = _values((5, 4), 2), _values((5, 2), 3)
+    x, data = Tensor(values, requires_grad=True), Tensor(scale)
+    tx, tdata = torch.tensor(values, requires_grad=True), torch.tensor(scale)
+    out, tout = x, tx
+    for layer, twin in zip(ours, theirs):
+        out, tout = layer(out), twin(tout)
+    (out * data).sum().backward()
+    (tout * tdata).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert data.grad is None and tdata.grad is None
+    for layer, twin in zip(ours, theirs):
+        for name in ("weight", "bias"):
+            if getattr(twin, name) is not None:
+                param = getattr(layer, name)
+                assert param.requires_grad is None  # said nothing, as tinygrad's
+                np.testing.assert_allclose(param.grad.numpy(), getattr(twin, name).grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_frozen_parameter_and_running_statistics_get_no_gradient():
+    lin, bn = nn.Linear(3, 3), nn.BatchNorm(3)
+    lin.weight.requires_grad = False  # PyTorch's freezing
+    x = Tensor(_values((4, 3), 4), requires_grad=True)
+    with Tensor.train():
+        bn(lin(x)).sum().backward()
+    assert lin.weight.grad is None and lin.bias.grad is not None and bn.weight.grad is not None
+    assert bn.running_mean.grad is None and bn.running_var.grad is None and x.grad is not None
+
+
+def test_where_nothing_asked_the_layers_and_the_input_get_gradients_as_tinygrad():
+    ours, theirs = _layers()
+    values = _values((5, 4), 5)
+    x, tx = Tensor(values), torch.tensor(values, requires_grad=True)  # tinygrad's x.grad after backward
+    out, tout = x, tx
+    for layer, twin in zip(ours, theirs):
+        out, tout = layer(out), twin(tout)
+    out.sum().backward(), tout.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours[0].weight.grad.numpy(), theirs[0].weight.grad.numpy(), rtol=1e-5, atol=1e-6)

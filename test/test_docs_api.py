@@ -141,6 +141,26 @@ def test_every_documented_name_exists():
                     f"removed?); fix or delete them:\n" + bulleted(unknown), pytrace=False)  # fmt: skip
 
 
+COUNTERPARTS = re.compile(r"^  \[torch: .+ \| tinygrad: .+\]$")
+
+
+def test_every_entry_names_its_pytorch_and_tinygrad_counterparts():
+    """Each entry ends with a line `[torch: ... | tinygrad: ...]` (`=` the same name, `-` none)."""
+    text = doc_text()
+    lines = text[text.find("\n## ") :].split("\n")
+    missing, current, marked = [], None, False
+    for line in lines + ["## end"]:
+        if ENTRY.match(line) or line.startswith("#") or not line.strip():
+            if current is not None and not marked:
+                missing.append(current)
+            current, marked = (line[:70], False) if ENTRY.match(line) else (None, False)
+        elif current is not None and COUNTERPARTS.match(line):
+            marked = True
+    if missing:
+        pytest.fail(f"docs/tensor.md has {len(missing)} entries without their counterparts line "
+                    f"'  [torch: ... | tinygrad: ...]':\n" + bulleted(missing), pytrace=False)  # fmt: skip
+
+
 def test_each_name_is_documented_once():
     names = documented_names()
     repeated = sorted({name for name in names if names.count(name) > 1})

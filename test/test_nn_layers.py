@@ -107,6 +107,14 @@ def test_conv_transpose2d_matches_torch(kwargs):
                 [uniform(2, 4, 5, 5)])  # fmt: skip
 
 
+@pytest.mark.parametrize("kwargs", [dict(), dict(stride=2, padding=1, output_padding=1), dict(groups=2, dilation=2)])
+@pytest.mark.parametrize("dims", [1, 3])
+def test_conv_transpose1d_and_3d_match_torch(kwargs, dims):
+    theirs = (torch.nn.ConvTranspose1d, None, torch.nn.ConvTranspose3d)[dims - 1](4, 6, 3, **kwargs)
+    ours = (nn.ConvTranspose1d, None, nn.ConvTranspose3d)[dims - 1](4, 6, 3, **kwargs)
+    check_layer(theirs, ours, [uniform(2, 4, *(5,) * dims)])
+
+
 # ---- normalization ----
 
 
@@ -237,9 +245,10 @@ def assert_uniform_within(t: Tensor, bound: float, what: str) -> None:
         (lambda: nn.Conv2d(8, 16, 3), 8 * 9),
         (lambda: nn.Conv2d(8, 16, 3, groups=4), 2 * 9),
         (lambda: nn.ConvTranspose2d(8, 16, 3), 16 * 9),  # torch takes fan_in from dim 1 of (in, out, kh, kw)
+        (lambda: nn.ConvTranspose1d(8, 16, 3), 16 * 3),
         (lambda: nn.LSTMCell(8, 16), 16),  # every LSTM tensor is U(-1/sqrt(hidden), 1/sqrt(hidden))
     ],
-    ids=["linear", "conv1d", "conv2d", "conv2d_groups", "conv_transpose2d", "lstm_cell"],
+    ids=["linear", "conv1d", "conv2d", "conv2d_groups", "conv_transpose2d", "conv_transpose1d", "lstm_cell"],
 )
 def test_default_init_is_uniform_within_one_over_sqrt_fan_in(make, fan_in):
     for name, t in get_state_dict(make()).items():
@@ -288,3 +297,21 @@ def test_contiguous_tensors_of_equal_graphs_get_their_own_buffers():
     b = Tensor.zeros(3).contiguous()
     a.assign(Tensor.ones(3)).realize()
     assert b.tolist() == [0.0, 0.0, 0.0]  # b reads a's buffer: [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("kwargs", [{"padding": "same", "stride": 2}, {"padding": "same", "stride": (1, 2)},
+                                    {"padding": "not_same"}], ids=str)  # fmt: skip
+def test_conv_layer_rejects_a_bad_padding_string_when_made_as_torch(kwargs):
+    with pytest.raises(ValueError):
+        torch.nn.Conv2d(4, 8, 3, **kwargs)
+    with pytest.raises(ValueError, match="padding must be 'same'"):
+        nn.Conv2d(4, 8, 3, **kwargs)
+    assert nn.Conv2d(4, 8, 3, padding="same", stride=(1, 1)).padding == "same"
+
+
+def test_batchnorm_takes_tinygrads_sz_for_the_number_of_features():
+    layer, twin = nn.BatchNorm(sz=3), torch.nn.BatchNorm2d(3).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(layer(Tensor(x)).numpy(), twin(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="once"):
+        nn.BatchNorm(3, sz=3)

@@ -1,6 +1,6 @@
 """Types of what tinygrad and PyTorch scripts read back: Tensor.data() is a typed memoryview (tinygrad's), and the
 dtypes of arange and one_hot, checked against PyTorch (arange's integer default is dtypes.default_int: int32 as
-tinygrad's, int64 as PyTorch's once dtypes.default_int is int64; one_hot is int64 as PyTorch's)."""
+tinygrad's, int64 as PyTorch's once dtypes.default_int is int64; one_hot's too)."""
 
 import numpy as np
 import pytest
@@ -66,8 +66,14 @@ def test_arange_with_a_float_argument_is_float32_as_pytorch(args):
 
 
 @pytest.mark.parametrize("labels,classes", [([0, 2, 1], 3), ([[1], [0]], 2), ([], 4), ([3], -1)], ids=str)
-def test_one_hot_is_int64_as_pytorchs(labels, classes):
-    ours = Tensor(labels, dtype=dtypes.int64).one_hot(classes)
+def test_one_hot_is_default_int_as_tinygrads_and_int64_as_pytorchs(labels, classes):
     theirs = torch.nn.functional.one_hot(torch.tensor(labels, dtype=torch.int64), classes)
-    assert ours.dtype == dtypes.int64 and theirs.dtype == torch.int64
-    assert ours.shape == tuple(theirs.shape) and ours.tolist() == theirs.tolist()
+    ours = Tensor(labels, dtype=dtypes.int64).one_hot(classes)
+    assert ours.dtype == dtypes.int32 and ours.shape == tuple(theirs.shape) and ours.tolist() == theirs.tolist()
+    saved = dtypes.default_int
+    try:
+        dtypes.default_int = dtypes.int64
+        ours = Tensor(labels, dtype=dtypes.int64).one_hot(classes)
+        assert ours.dtype == dtypes.int64 and theirs.dtype == torch.int64 and ours.tolist() == theirs.tolist()
+    finally:
+        dtypes.default_int = saved

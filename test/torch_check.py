@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from glassgrad import Tensor
+from glassgrad import Tensor, dtypes
 
 # How an input is laid out: contiguous, or read through a non-trivial view of a bigger or permuted buffer.
 LAYOUTS = ("contiguous", "transposed", "strided")
@@ -18,8 +18,9 @@ def _make(array: np.ndarray, layout: str, requires_grad: bool, device: str) -> t
     if layout == "contiguous":
         stored, view = array, lambda x: x
     elif layout == "transposed":
-        stored = np.ascontiguousarray(array.transpose(tuple(reversed(range(array.ndim)))))
-        view = lambda x: x.permute(*reversed(range(x.ndim)))  # noqa: E731
+        # (np.ascontiguousarray makes a 0-d array 1-d: reshape it back)
+        stored = np.ascontiguousarray(array.transpose(tuple(reversed(range(array.ndim))))).reshape(array.shape[::-1])
+        view = lambda x: x.permute(*reversed(range(x.ndim))) if x.ndim else x  # noqa: E731
     elif layout == "strided":
         stored = np.zeros(tuple(2 * s for s in array.shape), array.dtype)
         stored[tuple(slice(None, None, 2) for _ in array.shape)] = array
@@ -81,3 +82,18 @@ def _compare(what: str, ours: Tensor, theirs: torch.Tensor, atol: float, rtol: f
         np.testing.assert_allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True, err_msg=what)
     else:
         np.testing.assert_array_equal(got, expected, err_msg=what)
+
+
+def weighted(fn: Callable) -> Callable:
+    """fn(*xs) times fixed random weights of the output's shape (floats only): the gradient of the weighted sum says
+    where each output element came from (the gradient of a plain sum only counts how often an input was picked)."""
+
+    def both(*xs):
+        out = fn(*xs)
+        if out.numel() == 0 or out.dtype in (torch.bool, dtypes.bool) or not (
+                out.is_floating_point() if isinstance(out, torch.Tensor) else dtypes.is_float(out.dtype)):  # fmt: skip
+            return out
+        w = np.random.default_rng(7).uniform(0.5, 1.5, tuple(out.shape)).astype(np.float32)
+        return out * (torch.tensor(w) if isinstance(out, torch.Tensor) else Tensor(w, device=out.device))
+
+    return both

@@ -80,15 +80,27 @@ def current_map(root: UOp) -> dict[UOp, UOp]:
     above them rebuilt. Each rebuilt node is remembered, so a tensor still pointing at the old node follows it."""
     new: dict[UOp, UOp] = {}
     for node in root.toposort():
-        if node in replaced:  # what replaced it may itself have parts replaced since (ASSIGN(BUFFER, KERNEL))
-            target = resolve(node)
-            new[node] = current(target) if target.src else target
-            continue
-        src = tuple(new[s] for s in node.src)
-        new[node] = node if src == node.src else node.replace(src=src)
-        if new[node] is not node:
-            replaced[node] = new[node]
+        if node not in new:
+            _current_node(node, new)
     return new
+
+
+def _current_node(node: UOp, new: dict[UOp, UOp]) -> None:
+    """Put what stands for `node` now into `new`, whose entries cover its sources already. What replaced a node
+    may itself have parts replaced since (ASSIGN(BUFFER, KERNEL)): its graph is brought up to date in the same pass,
+    so a part shared by many replaced nodes is walked once."""
+    if node in replaced:
+        target = resolve(node)
+        if target.src:
+            for part in target.toposort(enter=lambda n: n not in new):
+                if part not in new:
+                    _current_node(part, new)
+        new[node] = new[target] if target.src else target
+        return
+    src = tuple(new[s] for s in node.src)
+    new[node] = node if src == node.src else node.replace(src=src)
+    if new[node] is not node:
+        replaced[node] = new[node]
 
 
 def current(root: UOp) -> UOp:

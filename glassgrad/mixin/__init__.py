@@ -9,7 +9,9 @@ for a tensor with `isinstance(x, <its own mixin>)`, since Tensor is the one clas
 from glassgrad.mixin.attention import AttentionMixin
 from glassgrad.mixin.autograd import AutogradMixin
 from glassgrad.mixin.composition import CompositionMixin
+from glassgrad.mixin.construction import ConstructionMixin
 from glassgrad.mixin.conv import ConvMixin
+from glassgrad.mixin.decompositions import DecompositionsMixin
 from glassgrad.mixin.elementwise import ElementwiseMixin
 from glassgrad.mixin.gather import GatherMixin
 from glassgrad.mixin.index import IndexMixin
@@ -17,12 +19,23 @@ from glassgrad.mixin.join import JoinMixin
 from glassgrad.mixin.linalg import LinalgMixin
 from glassgrad.mixin.loss import LossMixin
 from glassgrad.mixin.math import MathMixin
+from glassgrad.mixin.more_math import MoreMathMixin
 from glassgrad.mixin.movement import MovementMixin
 from glassgrad.mixin.norm import NormMixin
 from glassgrad.mixin.pool import PoolMixin
 from glassgrad.mixin.random import RandomMixin
+from glassgrad.mixin.rearrange import RearrangeMixin
 from glassgrad.mixin.reduce import ReduceMixin
+from glassgrad.mixin.search import SearchMixin
+from glassgrad.mixin.spatial_nd import SpatialNdMixin
+from glassgrad.mixin.torch_names import TorchNamesMixin
+
+
+class UserNamesMixin(TorchNamesMixin, MoreMathMixin, SearchMixin, ConstructionMixin, DecompositionsMixin,
+                     RearrangeMixin, SpatialNdMixin):  # fmt: skip
+    """The names PyTorch and tinygrad users bring with them, beyond the core mixins (each file is one area)."""
+
 
 __all__ = ["AttentionMixin", "AutogradMixin", "CompositionMixin", "ConvMixin", "ElementwiseMixin", "GatherMixin",
            "IndexMixin", "JoinMixin", "LinalgMixin", "LossMixin", "MathMixin", "MovementMixin", "NormMixin",
-           "PoolMixin", "RandomMixin", "ReduceMixin"]  # fmt: skip
+           "PoolMixin", "RandomMixin", "ReduceMixin", "UserNamesMixin"]  # fmt: skip

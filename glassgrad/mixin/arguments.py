@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.errors import ArgumentError
+
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
@@ -15,7 +17,7 @@ def _nn_tensor(value: Any, like: Tensor, op: str, name: str) -> Tensor | None:
     if not isinstance(value, type(like)):
         return type(like)(value, device=like.device)
     if value.device != like.device:
-        raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
+        raise ArgumentError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value
 
 
@@ -23,5 +25,5 @@ def _param_of_shape(value: Any, like: Tensor, shape: tuple[int, ...], op: str, n
     """A per-feature parameter (weight, bias, running stats) that must have exactly `shape`."""
     t = _nn_tensor(value, like, op, name)
     if t is not None and t.shape != shape:
-        raise ValueError(f"{op}: {name} has shape {t.shape} but the input {like.shape} needs {shape}")
+        raise ArgumentError(f"{op}: {name} has shape {t.shape} but the input {like.shape} needs {shape}")
     return t

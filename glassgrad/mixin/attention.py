@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.arguments import _nn_tensor
 from glassgrad.mixin.elementwise import _broadcast_shape
 from glassgrad.mixin.small_tensors import _arange
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 def _repeat_heads(t: Tensor, query: Tensor, op: str) -> Tensor:
     """Grouped-query attention: each of key's/value's heads (dim -3) serves query.shape[-3] // heads query heads."""
     if t.ndim < 3 or query.ndim < 3 or query.shape[-3] % t.shape[-3]:
-        raise ValueError(f"{op}: enable_gqa needs heads at dim -3 with query's heads a multiple of key's and "
-                         f"value's, got query {query.shape} and {t.shape}")  # fmt: skip
+        raise ArgumentError(f"{op}: enable_gqa needs heads at dim -3 with query's heads a multiple of key's and "
+                            f"value's, got query {query.shape} and {t.shape}")  # fmt: skip
     heads, repeats = t.shape[-3], query.shape[-3] // t.shape[-3]
     grouped = t.unsqueeze(-3).expand(*t.shape[:-2], repeats, *t.shape[-2:])
     return grouped.reshape(*t.shape[:-3], heads * repeats, *t.shape[-2:])
@@ -43,22 +44,22 @@ class AttentionMixin:
         query, key, value = self, _nn_tensor(key, self, op, "key"), _nn_tensor(value, self, op, "value")
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.ndim < 2:
-                raise ValueError(f"{op}: {name} needs shape (..., length, features), got {t.shape}")
+                raise ArgumentError(f"{op}: {name} needs shape (..., length, features), got {t.shape}")
         if query.shape[-1] != key.shape[-1]:
-            raise ValueError(f"{op}: query {query.shape} and key {key.shape} differ in their last dimension "
-                             f"({query.shape[-1]} != {key.shape[-1]})")  # fmt: skip
+            raise ArgumentError(f"{op}: query {query.shape} and key {key.shape} differ in their last dimension "
+                                f"({query.shape[-1]} != {key.shape[-1]})")  # fmt: skip
         if key.shape[-2] != value.shape[-2]:
-            raise ValueError(f"{op}: key {key.shape} and value {value.shape} differ in length (dim -2: "
-                             f"{key.shape[-2]} != {value.shape[-2]})")  # fmt: skip
+            raise ArgumentError(f"{op}: key {key.shape} and value {value.shape} differ in length (dim -2: "
+                                f"{key.shape[-2]} != {value.shape[-2]})")  # fmt: skip
         if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p <= 1:
-            raise ValueError(f"{op}: dropout_p must be a probability in [0, 1], got {dropout_p!r}")
+            raise ArgumentError(f"{op}: dropout_p must be a probability in [0, 1], got {dropout_p!r}")
         if enable_gqa:
             key, value = _repeat_heads(key, query, op), _repeat_heads(value, query, op)
         length, source_length = query.shape[-2], key.shape[-2]
         scores = query.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
         if is_causal:
             if attn_mask is not None:
-                raise ValueError(f"{op}: pass attn_mask or is_causal=True, not both")
+                raise ArgumentError(f"{op}: pass attn_mask or is_causal=True, not both")
             rows = _arange(length, self).reshape(length, 1)
             attn_mask = _arange(source_length, self).reshape(1, source_length) <= rows
         if attn_mask is not None:
@@ -69,8 +70,8 @@ class AttentionMixin:
             elif dtypes.is_float(attn_mask.dtype):
                 scores = scores + attn_mask
             else:
-                raise TypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
-                                f"got {attn_mask.dtype}")  # fmt: skip
+                raise DtypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
+                                 f"got {attn_mask.dtype}")  # fmt: skip
         weights = scores.softmax(-1) if attn_mask is None else _softmax_of_masked(scores)
         if dropout_p:
             weights = weights.dropout(dropout_p)

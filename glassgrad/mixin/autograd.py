@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from glassgrad.backward_targets import backward_targets
 from glassgrad.dtype import dtypes
 from glassgrad.engine.lazy import current, current_map, live_tensors
+from glassgrad.errors import ArgumentError
 from glassgrad.gradient import compute_gradient, keeps_forward_values, substitute_keeping_rules
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
@@ -29,6 +30,7 @@ class AutogradMixin:
     _is_leaf: bool  # no autograd history: backward() gives its gradient to .grad
     _autograd_uop: UOp | None  # the graph that built this tensor, kept for backward() after realize
     _graph_freed = False  # backward() ran without retain_graph: realizing this tensor keeps no graph for autograd
+    _is_parameter = False  # a layer's weight or bias (backward_targets.parameter): PyTorch's nn.Parameter
 
     @property
     def requires_grad(self: Tensor) -> bool | None:
@@ -83,7 +85,7 @@ class AutogradMixin:
         names = self._names_of(root, targets)
         for t, found in zip(targets, names):
             if not found:
-                raise ValueError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
+                raise ArgumentError(f"gradient: a target of shape {t.shape} is not part of the graph of this tensor")
         grads = self._gradients(root, names, gradient)
         return [g if g is not None else t.zeros_like() for t, g in zip(targets, grads)]
 
@@ -134,7 +136,7 @@ class AutogradMixin:
                                    "one-element output, so pass gradient= of the same shape")  # fmt: skip
             return type(self).ones(self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
-            raise ValueError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
+            raise ArgumentError(f"{op}: gradient has shape {gradient.shape} but the output has shape {self.shape}")
         return gradient.cast(self.dtype)
 
 

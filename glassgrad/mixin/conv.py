@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import promote_types
+from glassgrad.errors import ArgumentError
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
 from glassgrad.mixin.linalg import _summed
+from glassgrad.mixin.spatial_nd import conv_rank
 from glassgrad.mixin.split_reduce import cache_sized_part
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -22,8 +25,8 @@ def _spatial_arg(value: int | Sequence[int], nd: int, op: str, name: str, minimu
     """An int for every spatial dim, or a tuple of `nd` ints (torch's _pair and _triple), each at least `minimum`."""
     values = (value,) * nd if isinstance(value, int) else tuple(value)
     if len(values) != nd or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in values):
-        raise ValueError(f"{op}: {name} must be an int or a tuple of {nd} ints, each at least {minimum}; "
-                         f"got {value!r}")  # fmt: skip
+        raise ArgumentError(f"{op}: {name} must be an int or a tuple of {nd} ints, each at least {minimum}; "
+                            f"got {value!r}")  # fmt: skip
     return values
 
 
@@ -35,16 +38,24 @@ def _conv_padding(padding: int | Sequence[int] | str, nd: int, kernel: tuple[int
         if padding == "valid":
             return [(0, 0)] * nd
         if padding != "same":
-            raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
+            raise ArgumentError(f"{op}: padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
         if any(s != 1 for s in stride):
-            raise ValueError(f"{op}: padding='same' needs stride 1, got stride {stride}")
+            raise ArgumentError(f"{op}: padding='same' needs stride 1, got stride {stride}")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return [(t // 2, t - t // 2) for t in totals]  # an odd total puts the extra element after, as torch does
+    return padding_pairs(padding, nd, op, minimum=None)
+
+
+def padding_pairs(padding: int | Sequence[int], nd: int, op: str, minimum: int | None = 0) -> list[tuple[int, int]]:
+    """(before, after) per spatial dim from an int, one int per dim, or 2 * nd ints in F.pad's order (last dim first:
+    left, right, top, bottom), each at least `minimum` (None: any int; a negative one crops, as tinygrad's)."""
     values = (padding,) * nd if isinstance(padding, int) else tuple(padding)
-    if len(values) not in (nd, 2 * nd) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
-        raise ValueError(f"{op}: padding must be a non-negative int, a tuple of {nd} (one per spatial dim) or "
-                         f"of {2 * nd} (before and after, last dim first, as F.pad), 'same' or 'valid'; "
-                         f"got {padding!r}")  # fmt: skip
+    low = -math.inf if minimum is None else minimum
+    if len(values) not in (nd, 2 * nd) or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in values):
+        least = "" if minimum is None else f", each at least {minimum}"
+        raise ArgumentError(f"{op}: padding must be an int or a tuple of {nd} (one per spatial dim) or of {2 * nd} "
+                            f"ints (before and after, last dim first, as F.pad){least}, or 'same' or 'valid'; "
+                            f"got {padding!r}")  # fmt: skip
     if len(values) == nd:
         return [(p, p) for p in values]
     return [(values[2 * j], values[2 * j + 1]) for j in reversed(range(nd))]
@@ -137,7 +148,7 @@ def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
     if not isinstance(value, type(like)):
         return type(like)(value, device=like.device)
     if value.device != like.device:
-        raise ValueError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
+        raise ArgumentError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
     return value
 
 
@@ -148,7 +159,7 @@ def _spatial_names(nd: int) -> tuple[str, ...]:
 def _check_input(x: Tensor, nd: int, op: str) -> None:
     if x.ndim not in (nd + 1, nd + 2):
         dims = ", ".join(_spatial_names(nd))
-        raise ValueError(f"{op}: input must be (N, C, {dims}) or (C, {dims}), got shape {x.shape}")
+        raise ArgumentError(f"{op}: input must be (N, C, {dims}) or (C, {dims}), got shape {x.shape}")
 
 
 def _batched(x: Tensor, nd: int) -> Tensor:
@@ -164,7 +175,7 @@ def _convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int,
     padded = tuple(s + before + after for s, (before, after) in zip(x.shape[2:], pads, strict=True))
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     if any(p < r for p, r in zip(padded, reach, strict=True)):
-        raise ValueError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
+        raise ArgumentError(f"{op}: the padded input {padded} is smaller than the (dilated) kernel {reach}")
     windows, w = _grouped_windows(x, weight, stride, pads, dilation, groups)
     # the input channels and kernel offsets go last, so that the reduction is the innermost loop
     order = (0, 1, 2, *range(4, 4 + nd), 3, *range(4 + nd, 4 + 2 * nd))
@@ -226,9 +237,9 @@ def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: 
     weight = _conv_operand(weight, x, op, "weight")
     if weight.ndim != nd + 2:
         dims = ", ".join("k" + s for s in _spatial_names(nd))
-        raise ValueError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
+        raise ArgumentError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+        raise ArgumentError(f"{op}: groups must be a positive int, got {groups!r}")
     return weight
 
 
@@ -238,7 +249,7 @@ def _conv_bias(x: Tensor, bias: Any, out_channels: int, op: str) -> Tensor | Non
         return None
     bias = _conv_operand(bias, x, op, "bias")
     if bias.shape != (out_channels,):
-        raise ValueError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
+        raise ArgumentError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
     return bias
 
 
@@ -248,10 +259,10 @@ def _conv(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[int], paddin
     weight = _conv_weight(x, weight, groups, nd, op, "out_channels, in_channels / groups")
     channels, (out_channels, group_channels) = x.shape[-nd - 1], weight.shape[:2]
     if channels != group_channels * groups:
-        raise ValueError(f"{op}: input has {channels} channels but weight expects {group_channels * groups} "
-                         f"(groups={groups})")  # fmt: skip
+        raise ArgumentError(f"{op}: input has {channels} channels but weight expects {group_channels * groups} "
+                            f"(groups={groups})")  # fmt: skip
     if out_channels % groups:
-        raise ValueError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
+        raise ArgumentError(f"{op}: weight has {out_channels} output channels, which groups={groups} does not divide")
     x, weight, bias = contraction_operands(x, weight, _conv_bias(x, bias, out_channels, op))  # 16-bit under autocast
     stride = _spatial_arg(stride, nd, op, "stride")
     dilation = _spatial_arg(dilation, nd, op, "dilation")
@@ -270,10 +281,10 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     weight = _conv_weight(x, weight, groups, nd, op, "in_channels, out_channels / groups")
     channels, kernel = x.shape[-nd - 1], weight.shape[2:]
     if channels != weight.shape[0]:
-        raise ValueError(f"{op}: input has {channels} channels but weight expects {weight.shape[0]} (weight is "
-                         f"(in_channels, out_channels / groups, ...))")  # fmt: skip
+        raise ArgumentError(f"{op}: input has {channels} channels but weight expects {weight.shape[0]} (weight is "
+                            f"(in_channels, out_channels / groups, ...))")  # fmt: skip
     if channels % groups:
-        raise ValueError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
+        raise ArgumentError(f"{op}: the input's {channels} channels are not divisible by groups={groups}")
     out_channels = weight.shape[1] * groups
     x, weight, bias = contraction_operands(x, weight, _conv_bias(x, bias, out_channels, op))  # 16-bit under autocast
     stride = _spatial_arg(stride, nd, op, "stride")
@@ -282,15 +293,15 @@ def _conv_transpose(x: Tensor, weight: Any, bias: Any, stride: int | Sequence[in
     output_padding = _spatial_arg(output_padding, nd, op, "output_padding", minimum=0)
     for extra, s, d in zip(output_padding, stride, dilation, strict=True):
         if extra >= s and extra >= d:
-            raise ValueError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} or "
-                             f"the dilation {dilation}")  # fmt: skip
+            raise ArgumentError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} or "
+                                f"the dilation {dilation}")  # fmt: skip
     unbatched, x = x.ndim == nd + 1, _batched(x, nd)
     sizes = x.shape[2:]
     geometry = list(zip(sizes, kernel, stride, padding, dilation, output_padding, strict=True))
     outs = [(n - 1) * s - 2 * p + d * (k - 1) + extra + 1 for n, k, s, p, d, extra in geometry]
     if any(o <= 0 for o in outs):
-        raise ValueError(f"{op}: the output size {tuple(outs)} is not positive for input {x.shape} and kernel "
-                         f"{kernel}")  # fmt: skip
+        raise ArgumentError(f"{op}: the output size {tuple(outs)} is not positive for input {x.shape} and kernel "
+                            f"{kernel}")  # fmt: skip
     pads = [(d * (k - 1) - p, d * (k - 1) - p + extra) for _, k, _, p, d, extra in geometry]
     out = _transposed_convolve(x, weight, bias, stride, pads, dilation, groups, op)
     return out[0] if unbatched else out
@@ -334,7 +345,7 @@ class ConvMixin:
                padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
                groups: int = 1) -> Tensor:  # fmt: skip
         """torch's conv2d: input (N, C_in, H, W), weight (C_out, C_in / groups, kH, kW) -> (N, C_out, H_out, W_out)."""
-        return _conv(self, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+        return _conv(self, weight, bias, stride, padding, dilation, groups, conv_rank(weight, 2), "conv2d")
 
     def conv3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
@@ -353,8 +364,8 @@ class ConvMixin:
                          padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1,
                          dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
         """torch's conv_transpose2d (conv2d's gradient): input (N, C_in, H, W), weight (C_in, C_out / groups, kH, kW)"""
-        return _conv_transpose(self, weight, bias, stride, padding, output_padding, groups, dilation, 2,
-                               "conv_transpose2d")  # fmt: skip
+        return _conv_transpose(self, weight, bias, stride, padding, output_padding, groups, dilation,
+                               conv_rank(weight, 2), "conv_transpose2d")  # fmt: skip
 
     def conv_transpose3d(self: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                          padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1,

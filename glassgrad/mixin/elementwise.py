@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.runtime.device import Device
 from glassgrad.tensor_math import float_floor_quotient, float_remainder, int_quotient
 from glassgrad.uop.ops import Ops, UOp
@@ -20,8 +21,8 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
     out = []
     for i, (x, y) in enumerate(zip(a2, b2)):
         if x != y and x != 1 and y != 1:
-            raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
-                             "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
+            raise ArgumentError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
+                                "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
         out.append(y if x == 1 else x)
     return tuple(out)
 
@@ -39,8 +40,8 @@ class ElementwiseMixin:
         """Both operands as tensors of one dtype and one broadcast shape."""
         if isinstance(other, ElementwiseMixin):
             if other.device != self.device:
-                raise ValueError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
-                                 "move one with .to()")  # fmt: skip
+                raise ArgumentError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
+                                    "move one with .to()")  # fmt: skip
             dtype = promote_types(self.dtype, other.dtype)
         elif isinstance(other, (bool, int, float)):
             dtype = result_type_with_scalar(self.dtype, other)
@@ -66,8 +67,8 @@ class ElementwiseMixin:
         """The same bytes read as another dtype of the same size."""
         dtype = to_dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
-                             f"{dtype.itemsize} bytes)")  # fmt: skip
+            raise ArgumentError(f"bitcast: {self.dtype} and {dtype} differ in size ({self.dtype.itemsize} vs "
+                                f"{dtype.itemsize} bytes)")  # fmt: skip
         return self if dtype == self.dtype else type(self)(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -110,7 +111,7 @@ class ElementwiseMixin:
         """Elementwise difference."""
         x, y = self._binary_operands(other, "sub", reverse)
         if x.dtype == dtypes.bool:
-            raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+            raise DtypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
         return x._alu(Ops.ADD, y.neg())
 
     def mul(self, other: Any, reverse: bool = False) -> Tensor:
@@ -120,6 +121,8 @@ class ElementwiseMixin:
 
     def div(self, other: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """Elementwise true division (ints become floats); rounding_mode 'trunc' or 'floor' as in PyTorch."""
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         x, y = self._binary_operands(other, "div", reverse)
         if rounding_mode is None:
             x, y = x._float_input(), y._float_input()
@@ -212,7 +215,7 @@ class ElementwiseMixin:
     def _bitwise(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
         x, y = self._binary_operands(other, name, reverse)
         if dtypes.is_float(x.dtype):
-            raise TypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
+            raise DtypeError(f"{name}: bitwise ops need bool or integer tensors, got {x.dtype}")
         return x._alu(op, y)
 
     def bitwise_and(self, other: Any) -> Tensor:

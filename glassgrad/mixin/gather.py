@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.index import _inverse
 from glassgrad.mixin.scatter_add import index_add, scatter_add, take_along
 from glassgrad.mixin.small_tensors import _arange, _full_like_scalar, _masked_sum
@@ -21,25 +22,25 @@ def _check_index_tensor(index: Any, op: str, what: str) -> None:
     if not isinstance(index, GatherMixin):
         raise TypeError(f"{op}: {what} must be a Tensor, got {type(index).__name__}")
     if not dtypes.is_int(index.dtype):
-        raise TypeError(f"{op}: {what} must be an integer tensor, got {index.dtype}")
+        raise DtypeError(f"{op}: {what} must be an integer tensor, got {index.dtype}")
 
 
 def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tensor:
     """Check a scatter's arguments; the part of src that index covers (a number fills index's shape)."""
     _check_index_tensor(index, op, "index")
     if index.ndim != t.ndim:
-        raise ValueError(f"{op}: index has {index.ndim} dimensions but the tensor has {t.ndim}; they must match")
+        raise ArgumentError(f"{op}: index has {index.ndim} dimensions but the tensor has {t.ndim}; they must match")
     for d, (i, s) in enumerate(zip(index.shape, t.shape, strict=True)):
         if d != dim and i > s:
-            raise ValueError(f"{op}: index has shape {index.shape} but the tensor has {t.shape}; index can't be "
-                             f"bigger in dimension {d} (other than dim={dim})")  # fmt: skip
+            raise ArgumentError(f"{op}: index has shape {index.shape} but the tensor has {t.shape}; index can't be "
+                                f"bigger in dimension {d} (other than dim={dim})")  # fmt: skip
     if not isinstance(src, GatherMixin):
         return type(t).full(index.shape, src, dtype=t.dtype, device=t.device)
     if src.dtype != t.dtype:
-        raise TypeError(f"{op}: src has dtype {src.dtype} but the tensor has {t.dtype}; they must match")
+        raise DtypeError(f"{op}: src has dtype {src.dtype} but the tensor has {t.dtype}; they must match")
     if src.ndim != t.ndim or any(i > s for i, s in zip(index.shape, src.shape, strict=True)):
-        raise ValueError(f"{op}: src has shape {src.shape} but index has {index.shape}; src needs as many dims and "
-                         "at least index's size in each")  # fmt: skip
+        raise ArgumentError(f"{op}: src has shape {src.shape} but index has {index.shape}; src needs as many dims and "
+                            "at least index's size in each")  # fmt: skip
     return src.shrink(tuple((0, i) for i in index.shape))
 
 
@@ -82,13 +83,13 @@ class GatherMixin:
         dim = self._axis(dim, "gather")
         _check_index_tensor(index, "gather", "index")
         if index.ndim != self.ndim:
-            raise ValueError(f"gather: index has {index.ndim} dimensions but input has {self.ndim}; they must match")
+            raise ArgumentError(f"gather: index has {index.ndim} dimensions but input has {self.ndim}; they must match")
         if self.ndim == 0:
             return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         for d, (i, s) in enumerate(zip(index.shape, self.shape, strict=True)):
             if d != dim and i > s:
-                raise ValueError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
-                                 f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
+                raise ArgumentError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
+                                    f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
         index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
         return take_along(self, dim, index)
 
@@ -110,7 +111,7 @@ class GatherMixin:
         if reduce is not None:
             reductions = {"add": "sum", "multiply": "prod"}
             if reduce not in reductions:
-                raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+                raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
             return self.scatter_reduce(dim, index, src, reductions[reduce])
         if index.numel() == 0:
             return self
@@ -126,7 +127,8 @@ class GatherMixin:
                        ) -> Tensor:  # fmt: skip
         """A copy of self with src reduced into the places index names: sum, prod, mean, amax or amin."""
         if reduce not in SCATTER_REDUCTIONS:
-            raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, got {reduce!r}")
+            raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(SCATTER_REDUCTIONS)}, "
+                                f"got {reduce!r}")  # fmt: skip
         if self.ndim == 0:
             return self.reshape(1).scatter_reduce(0, index.reshape(-1), src.reshape(-1), reduce,
                                                   include_self=include_self).reshape(())  # fmt: skip
@@ -163,21 +165,22 @@ class GatherMixin:
         """value where mask is true, else self (mask broadcasts with self)."""
         if not isinstance(mask, GatherMixin) or mask.dtype != dtypes.bool:
             got = mask.dtype if isinstance(mask, GatherMixin) else type(mask).__name__
-            raise TypeError(f"masked_fill: mask must be a bool tensor, got {got}")
+            raise DtypeError(f"masked_fill: mask must be a bool tensor, got {got}")
         if not isinstance(value, GatherMixin):
             return mask.where(_full_like_scalar(self, value), self)
         if value.ndim != 0:
-            raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+            raise ArgumentError(f"masked_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
         return mask.where(value.cast(self.dtype), self)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
-        """int64 one-hot encoding on a new last axis; num_classes=-1 realizes max()+1."""
+        """One-hot encoding on a new last axis, of dtypes.default_int (tinygrad's int32; int64, PyTorch's, once
+        dtypes.default_int is int64); num_classes=-1 realizes max()+1."""
         _check_index_tensor(self, "one_hot", "the tensor")
         if num_classes == -1:
             if self.numel() == 0:
-                raise ValueError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes")
+                raise ArgumentError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes")
             num_classes = int(self.max().item()) + 1
         if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
+            raise ArgumentError(f"one_hot: num_classes must be -1 or a non-negative int, got {num_classes!r}")
         classes = checked_index(self, num_classes, f"one_hot: class {{value}} is outside 0..{num_classes - 1}")
-        return (classes.unsqueeze(-1) == _arange(num_classes, self)).cast(dtypes.int64)
+        return (classes.unsqueeze(-1) == _arange(num_classes, self)).cast(dtypes.default_int)

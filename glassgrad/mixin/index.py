@@ -6,7 +6,9 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
+from glassgrad.mixin.index_forms import as_tuple_index, positions
 from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
 from glassgrad.tensor_checks import checked_index, out_of_bounds
@@ -92,6 +94,7 @@ def _list_index(t: Tensor, item: list, dim: int) -> Tensor:
     """A list in an index: of bools a mask, of ints positions (checked here, since they are known on the host)."""
     if _is_bool_list(item):
         return type(t)(item, device=t.device, dtype=dtypes.bool)
+    item = positions(item, type(t))
     values = _leaves(item)
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise IndexError(f"index: a list index must hold only ints or only bools, got {item!r}")
@@ -124,6 +127,7 @@ def _parse_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
     (they select before advanced indexing), a bool mask becomes the coordinates of its true elements, and a Python
     bool is None paired with an index of [0] (True) or [] (False).
     """
+    index = as_tuple_index(index, type(t))
     items = [_normalize_item(t, i) for i in (index if isinstance(index, tuple) else (index,))]
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("index: an index can only have a single ellipsis ('...')")
@@ -150,7 +154,7 @@ def _parse_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
             dim += 1
         elif isinstance(item, slice):
             if item.step == 0:
-                raise ValueError("index: slice step cannot be zero")
+                raise ArgumentError("index: slice step cannot be zero")
             basic.append(item)
             dim, position = dim + 1, position + 1
         else:
@@ -293,7 +297,7 @@ def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 def _as_value(value: Any, t: Tensor, op: str) -> Tensor:
     if isinstance(value, IndexMixin):
         if value.device != t.device:
-            raise ValueError(f"{op}: value is on {value.device} but the tensor is on {t.device}")
+            raise ArgumentError(f"{op}: value is on {value.device} but the tensor is on {t.device}")
         return value.cast(t.dtype)
     if not isinstance(value, (bool, int, float, list, tuple)) and not hasattr(value, "__array_interface__"):
         raise TypeError(f"{op}: value must be a tensor, a number or a nested list, got {type(value).__name__}")
@@ -312,7 +316,7 @@ def _fit_value(value: Tensor, shape: tuple[int, ...], op: str) -> Tensor:
         return _without_leading_ones(value, len(shape)).expand(shape)
     except ValueError:
         message = f"{op}: value of shape {value.shape} cannot be broadcast to the indexed shape {shape}"
-        raise ValueError(message) from None
+        raise ArgumentError(message) from None
 
 
 def _mask_write(old: Tensor, index: Any, value: Tensor) -> Tensor | None:

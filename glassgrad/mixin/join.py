@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
+from glassgrad.errors import ArgumentError, DimensionError, ListAndTensorsError, UnsupportedModeError
 from glassgrad.mixin.index import _take_every
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _full_like_scalar, _positions
 from glassgrad.shape import ShapeError, shape_arg
@@ -19,16 +20,21 @@ if TYPE_CHECKING:
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-INTERPOLATE_MODES = {"nearest": None, "linear": 1, "bilinear": 2}  # mode -> how many dims it resizes
+# mode -> how many dims it resizes; tinygrad's "linear" resizes as many as `size` names (bilinear, trilinear)
+INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": None, "bilinear": 2, "trilinear": 3}
 
 
 def _tensor_list(first: Any, rest: tuple, op: str) -> list[Tensor]:
-    """The tensors of a.cat(b, c), Tensor.cat(a, b) or Tensor.cat([a, b])."""
+    """The tensors of a.cat(b, c), Tensor.cat(a, b) or Tensor.cat([a, b]): one list, or tensors one by one."""
+    given = (first, *rest)
+    if len(given) > 1 and any(isinstance(item, (list, tuple)) for item in given):
+        raise ListAndTensorsError(f"{op}: pass the tensors as one list or one by one, not a list and more "
+                            f"(Tensor.{op}([a, b], c)); dim is a keyword")  # fmt: skip
     items: list[Any] = []
-    for item in (first, *rest):
+    for item in given:
         items.extend(item) if isinstance(item, (list, tuple)) else items.append(item)
     if not items:
-        raise ValueError(f"{op}: expected a non-empty list of tensors")
+        raise ArgumentError(f"{op}: expected a non-empty list of tensors")
     for i, t in enumerate(items):
         if not isinstance(t, JoinMixin):
             raise TypeError(f"{op}: item {i} is a {type(t).__name__}, not a Tensor")
@@ -37,7 +43,7 @@ def _tensor_list(first: Any, rest: tuple, op: str) -> list[Tensor]:
 
 def _triangle(t: Tensor, diagonal: int, op: str) -> Tensor:
     if t.ndim < 2:
-        raise ValueError(f"{op}: the tensor has shape {t.shape}; it needs at least 2 dimensions")
+        raise ArgumentError(f"{op}: the tensor has shape {t.shape}; it needs at least 2 dimensions")
     rows, cols = t.shape[-2:]
     offset = _arange(cols, t).reshape(1, cols) - _arange(rows, t).reshape(rows, 1)
     keep = offset >= diagonal if op == "triu" else offset <= diagonal
@@ -49,15 +55,15 @@ def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> tuple[tuple[int, int], ...]
     padding = list(padding)
     if all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
         if len(padding) % 2 or len(padding) // 2 > t.ndim:
-            raise ValueError(f"pad: a flat padding needs an even length of at most {2 * t.ndim} for a tensor of "
-                             f"shape {t.shape}, got {tuple(padding)}")  # fmt: skip
+            raise ArgumentError(f"pad: a flat padding needs an even length of at most {2 * t.ndim} for a tensor of "
+                                f"shape {t.shape}, got {tuple(padding)}")  # fmt: skip
         pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
         return tuple([(0, 0)] * (t.ndim - len(pairs)) + pairs[::-1])
     if len(padding) != t.ndim:
-        raise ValueError(f"pad: need one (before, after) pair per dimension of {t.shape}, got {padding}")
+        raise ArgumentError(f"pad: need one (before, after) pair per dimension of {t.shape}, got {padding}")
     for p in padding:
         if p is not None and not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(v, int) for v in p)):
-            raise ValueError(f"pad: each entry must be None or a (before, after) pair of ints, got {p!r}")
+            raise ArgumentError(f"pad: each entry must be None or a (before, after) pair of ints, got {p!r}")
     return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
 
 
@@ -70,17 +76,18 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
 
     if mode == "circular":  # three copies end to end, read from n - before: a view
         if before > n or after > n:
-            raise ValueError(f"pad: circular padding ({before}, {after}) of dimension {d} must be at most its size {n}")
+            raise ArgumentError(f"pad: circular padding ({before}, {after}) of dimension {d} must be at most its "
+                                f"size {n}")  # fmt: skip
         thrice = x.unsqueeze(d).expand(x.shape[:d] + (3,) + x.shape[d:]).flatten(d, d + 1)
         return thrice.shrink(tuple((n - before, 2 * n + after) if i == d else None for i in range(x.ndim)))
     if mode == "reflect":
         if before >= n or after >= n:
-            raise ValueError(f"pad: reflect padding ({before}, {after}) of dimension {d} must be less than its "
-                             f"size {n}")  # fmt: skip
+            raise ArgumentError(f"pad: reflect padding ({before}, {after}) of dimension {d} must be less than its "
+                                f"size {n}")  # fmt: skip
         left, right = part(1, before + 1).flip(d), part(n - 1 - after, n - 1).flip(d)
     else:
         if n == 0:
-            raise ValueError(f"pad: replicate padding needs dimension {d} to be non-empty, got shape {x.shape}")
+            raise ArgumentError(f"pad: replicate padding needs dimension {d} to be non-empty, got shape {x.shape}")
         left = part(0, 1).expand(x.shape[:d] + (before,) + x.shape[d + 1 :])
         right = part(n - 1, n).expand(x.shape[:d] + (after,) + x.shape[d + 1 :])
     return left.cat(x, right, dim=d)
@@ -96,12 +103,16 @@ def _input_scale(n_in: int, n_out: int, factor: float | None) -> float:
     return _f32(1.0 / factor) if factor is not None and factor > 0 else _f32(n_in / n_out)
 
 
-def _resize_nearest(x: Tensor, d: int, out: int, factor: float | None) -> Tensor:
+def _resize_nearest(x: Tensor, d: int, out: int, factor: float | None, exact: bool = False) -> Tensor:
+    """PyTorch's nearest: source floor(i * scale); nearest-exact: the nearest centre, floor((i + 0.5) * scale)."""
     n = x.shape[d]
     if out == n:
         return x
     scale = _input_scale(n, out, factor)
-    src = [i >> 1 if out == 2 * n else min(math.floor(_f32(i * scale)), n - 1) for i in range(out)]
+    if exact:
+        src = [min(math.floor(_f32((i + 0.5) * scale)), n - 1) for i in range(out)]
+    else:
+        src = [i >> 1 if out == 2 * n else min(math.floor(_f32(i * scale)), n - 1) for i in range(out)]
     if out % n == 0 and src == [i // (out // n) for i in range(out)]:  # every element k times in a row: a view
         k = out // n
         return x.unsqueeze(d + 1).expand(x.shape[: d + 1] + (k,) + x.shape[d + 1 :]).flatten(d, d + 1)
@@ -149,14 +160,14 @@ class JoinMixin:
         first = next((t for t in parts if t.shape != (0,)), parts[0])
         parts = [t for t in parts if t.shape != (0,) or t.ndim == first.ndim]  # PyTorch skips other 1-d empties
         if first.ndim == 0:
-            raise ValueError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+            raise DimensionError("cat: zero-dimensional tensors cannot be concatenated; use stack")
         dim = first._axis(dim if axis is None else axis, "cat")
         for i, t in enumerate(parts):
             if t.ndim != first.ndim or t.shape[:dim] + t.shape[dim + 1 :] != first.shape[:dim] + first.shape[dim + 1 :]:
-                raise ValueError(f"cat: tensor {i} has shape {t.shape} but tensor 0 has {first.shape}; sizes must "
-                                 f"match except in dimension {dim}")  # fmt: skip
+                raise ArgumentError(f"cat: tensor {i} has shape {t.shape} but tensor 0 has {first.shape}; sizes must "
+                                    f"match except in dimension {dim}")  # fmt: skip
             if t.device != first.device:
-                raise ValueError(f"cat: tensor {i} is on {t.device} but tensor 0 is on {first.device}")
+                raise ArgumentError(f"cat: tensor {i} is on {t.device} but tensor 0 is on {first.device}")
         dtype = first.dtype
         for t in parts:
             dtype = promote_types(dtype, t.dtype)
@@ -179,26 +190,26 @@ class JoinMixin:
         dim = parts[0]._axis(dim if axis is None else axis, "stack", parts[0].ndim + 1)
         for i, t in enumerate(parts):
             if t.shape != parts[0].shape:
-                raise ValueError(f"stack: every tensor must have the same shape, but tensor 0 has {parts[0].shape} "
-                                 f"and tensor {i} has {t.shape}")  # fmt: skip
+                raise ArgumentError(f"stack: every tensor must have the same shape, but tensor 0 has {parts[0].shape} "
+                                    f"and tensor {i} has {t.shape}")  # fmt: skip
         return parts[0].unsqueeze(dim).cat(*[t.unsqueeze(dim) for t in parts[1:]], dim=dim)
 
     def split(self, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Views of consecutive pieces along `dim`: of one size (the last may be smaller) or of the given sizes."""
         if self.ndim == 0:
-            raise ValueError("split: a 0-d tensor cannot be split")
+            raise ArgumentError("split: a 0-d tensor cannot be split")
         dim = self._axis(dim, "split")
         n = self.shape[dim]
         if isinstance(split_size_or_sections, int):
             size = split_size_or_sections
             if size < 0 or (size == 0 and n):
-                raise ValueError(f"split: split_size must be positive, got {size} for a dimension of size {n}")
+                raise ArgumentError(f"split: split_size must be positive, got {size} for a dimension of size {n}")
             sizes = [min(size, n - start) for start in range(0, n, size)] if n else [0]
         else:
             sizes = list(split_size_or_sections)
             if any(not isinstance(s, int) or s < 0 for s in sizes) or sum(sizes) != n:
-                raise ValueError(f"split: sizes {sizes} must be non-negative and sum to {n}, the size of dimension "
-                                 f"{dim} of {self.shape}")  # fmt: skip
+                raise ArgumentError(f"split: sizes {sizes} must be non-negative and sum to {n}, the size of dimension "
+                                    f"{dim} of {self.shape}")  # fmt: skip
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return tuple(self.shrink(tuple((a, a + s) if d == dim else None for d in range(self.ndim)))
                      for a, s in zip(starts, sizes, strict=True))  # fmt: skip
@@ -206,7 +217,7 @@ class JoinMixin:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """Split into pieces of ceil(size / chunks) along `dim` (fewer than `chunks` when they run out)."""
         if not isinstance(chunks, int) or chunks <= 0:
-            raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+            raise ArgumentError(f"chunk: chunks must be a positive int, got {chunks!r}")
         n = self.shape[self._axis(dim, "chunk")] if self.ndim else 0
         if self.ndim and n == 0:
             return tuple(self for _ in range(chunks))
@@ -216,8 +227,8 @@ class JoinMixin:
         """Tile the tensor: repeats[i] copies along dim i (new leading dims when there are more repeats than dims)."""
         reps = shape_arg(tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats, *more), "repeat")
         if len(reps) < self.ndim:
-            raise ValueError(f"repeat: {len(reps)} repeats for a tensor of {self.ndim} dims {self.shape}; need at "
-                             f"least {self.ndim}")  # fmt: skip
+            raise ArgumentError(f"repeat: {len(reps)} repeats for a tensor of {self.ndim} dims {self.shape}; need at "
+                                f"least {self.ndim}")  # fmt: skip
         shape = (1,) * (len(reps) - self.ndim) + self.shape
         pairs = [x for s in shape for x in (1, s)]
         tiled = [x for r, s in zip(reps, shape, strict=True) for x in (r, s)]
@@ -239,12 +250,12 @@ class JoinMixin:
             counts = counts if isinstance(counts, list) else [counts]
             counts = counts * n if len(counts) == 1 else counts
             if len(counts) != n or any(not isinstance(c, int) or c < 0 for c in counts):
-                raise ValueError(f"repeat_interleave: repeats must be {n} non-negative ints (one per element along "
-                                 f"dim {dim}), got {counts}")  # fmt: skip
+                raise ArgumentError(f"repeat_interleave: repeats must be {n} non-negative ints (one per element along "
+                                    f"dim {dim}), got {counts}")  # fmt: skip
             picks = [i for i, c in enumerate(counts) for _ in range(c)]
             out = x[(slice(None),) * dim + (_positions(x, picks),)]
         if output_size is not None and output_size != sum(counts):
-            raise ValueError(f"repeat_interleave: output_size={output_size} but the repeats make {sum(counts)}")
+            raise ArgumentError(f"repeat_interleave: output_size={output_size} but the repeats make {sum(counts)}")
         return out
 
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
@@ -252,11 +263,11 @@ class JoinMixin:
         shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         if dims is None:
             if len(shifts) != 1:
-                raise ValueError(f"roll: without dims, shifts must be one int, got {shifts}")
+                raise ArgumentError(f"roll: without dims, shifts must be one int, got {shifts}")
             return self.flatten().roll(shifts[0], 0).reshape(self.shape)
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(shifts) != len(dims):
-            raise ValueError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+            raise ArgumentError(f"roll: shifts {shifts} and dims {dims} must have the same length")
         x = self
         for shift, d in zip(shifts, dims, strict=True):
             d = x._axis(d, "roll")
@@ -273,14 +284,14 @@ class JoinMixin:
         """Windows of `size` every `step` along `dimension`, on a new last axis (PyTorch's Tensor.unfold); a view."""
         if self.ndim == 0:
             if size > 1:
-                raise ValueError(f"unfold: size {size} is bigger than 1, the size of a 0-d tensor")
+                raise ArgumentError(f"unfold: size {size} is bigger than 1, the size of a 0-d tensor")
             return self.reshape(1)
         dim = self._axis(dimension, "unfold")
         n = self.shape[dim]
         if not isinstance(size, int) or not 0 <= size <= n:
-            raise ValueError(f"unfold: size {size} must be between 0 and {n}, the size of dimension {dim}")
+            raise ArgumentError(f"unfold: size {size} must be between 0 and {n}, the size of dimension {dim}")
         if not isinstance(step, int) or step <= 0:
-            raise ValueError(f"unfold: step must be a positive int, got {step}")
+            raise ArgumentError(f"unfold: step must be a positive int, got {step}")
         count = (n - size) // step + 1
         x = self.transpose(dim, -1)  # (..., n)
         lead, keep = x.shape[:-1], tuple(None for _ in x.shape[:-1])
@@ -299,13 +310,13 @@ class JoinMixin:
         """Coordinate grids (views) of 0-d or 1-d tensors: indexing 'ij' (matrix) or 'xy' (Cartesian)."""
         parts = _tensor_list(self, tensors, "meshgrid")
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
         for i, t in enumerate(parts):
             if t.ndim > 1:
-                raise ValueError(f"meshgrid: tensor {i} has shape {t.shape}; every tensor must be 0-d or 1-d")
+                raise ArgumentError(f"meshgrid: tensor {i} has shape {t.shape}; every tensor must be 0-d or 1-d")
             if t.dtype != parts[0].dtype or t.device != parts[0].device:
-                raise ValueError(f"meshgrid: tensor {i} is {t.dtype} on {t.device} but tensor 0 is {parts[0].dtype} "
-                                 f"on {parts[0].device}; all must match")  # fmt: skip
+                raise ArgumentError(f"meshgrid: tensor {i} is {t.dtype} on {t.device} but tensor 0 is {parts[0].dtype} "
+                                    f"on {parts[0].device}; all must match")  # fmt: skip
         axes = list(range(len(parts)))
         if indexing == "xy" and len(parts) > 1:  # the first two inputs give the columns and the rows
             axes[0], axes[1] = 1, 0
@@ -326,10 +337,10 @@ class JoinMixin:
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The diagonal of dims dim1 and dim2 (above it for offset > 0) as a new last axis; a view."""
         if self.ndim < 2:
-            raise ValueError(f"diagonal: the tensor has shape {self.shape}; it needs at least 2 dimensions")
+            raise ArgumentError(f"diagonal: the tensor has shape {self.shape}; it needs at least 2 dimensions")
         d1, d2 = self._axis(dim1, "diagonal"), self._axis(dim2, "diagonal")
         if d1 == d2:
-            raise ValueError(f"diagonal: dim1 and dim2 are both dimension {d1}; they must differ")
+            raise ArgumentError(f"diagonal: dim1 and dim2 are both dimension {d1}; they must differ")
         x = self.permute([d for d in range(self.ndim) if d not in (d1, d2)] + [d1, d2])
         rows, cols = x.shape[-2:]
         length = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
@@ -348,9 +359,9 @@ class JoinMixin:
             raise TypeError("pad: pass the padding once, as `padding` or as `pad`")
         pairs = _pad_pairs(self, padding if pad is None else pad)
         if mode not in PAD_MODES:
-            raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+            raise UnsupportedModeError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
         if mode != "constant" and value not in (None, 0):
-            raise ValueError(f"pad: mode {mode!r} takes no value (got value={value})")
+            raise ArgumentError(f"pad: mode {mode!r} takes no value (got value={value})")
         if any(b < 0 or a < 0 for b, a in pairs):  # negative padding crops: PyTorch crops first unless it reflects
             grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
             crop_first = mode in ("constant", "circular")
@@ -375,29 +386,30 @@ class JoinMixin:
     def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
                     mode: str = "nearest", align_corners: bool | None = None,
                     recompute_scale_factor: bool | None = None) -> Tensor:  # fmt: skip
-        """Resize as torch.nn.functional.interpolate: nearest, linear (1 dim) or bilinear (2 dims)."""
+        """Resize as torch.nn.functional.interpolate: nearest, linear (any dims, as tinygrad), bilinear, trilinear."""
         if mode not in INTERPOLATE_MODES:
-            raise ValueError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
-        if mode == "nearest" and align_corners is not None:
-            raise ValueError("interpolate: align_corners can only be set with mode 'linear' or 'bilinear'")
+            raise UnsupportedModeError(f"interpolate: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+        if mode.startswith("nearest") and align_corners is not None:
+            raise ArgumentError("interpolate: align_corners can only be set with mode 'linear', 'bilinear' or "
+                                "'trilinear'")  # fmt: skip
         if (size is None) == (scale_factor is None):
-            raise ValueError("interpolate: pass exactly one of size and scale_factor")
+            raise ArgumentError("interpolate: pass exactly one of size and scale_factor")
         given = size if size is not None else scale_factor
         # a sequence names the trailing dims to resize; a number resizes all but batch and channel, as PyTorch
         values = list(given) if isinstance(given, (tuple, list)) else [given] * (self.ndim - 2)
         if INTERPOLATE_MODES[mode] not in (None, len(values)) or not 1 <= len(values) <= self.ndim:
             needs = INTERPOLATE_MODES[mode] or "1 or more"
-            raise ValueError(f"interpolate: mode {mode!r} resizes {needs} dims, got {len(values)} for shape "
-                             f"{self.shape}")  # fmt: skip
+            raise ArgumentError(f"interpolate: mode {mode!r} resizes {needs} dims, got {len(values)} for shape "
+                                f"{self.shape}")  # fmt: skip
         x = self
         for d, v in reversed(list(enumerate(values, self.ndim - len(values)))):  # the last dim first, as PyTorch
             n = self.shape[d]
             out = int(v) if size is not None else math.floor(float(n) * v)
             factor = None if size is not None or recompute_scale_factor else float(v)
             if out <= 0 or n == 0:
-                raise ValueError(f"interpolate: input size {n} and output size {out} of dimension {d} must be positive")
-            if mode == "nearest":
-                x = _resize_nearest(x, d, out, factor)
+                raise ArgumentError(f"interpolate: input size {n} and output size {out} of dim {d} must be positive")
+            if mode.startswith("nearest"):
+                x = _resize_nearest(x, d, out, factor, exact=mode == "nearest-exact")
             else:
                 x = _resize_linear(x, d, out, factor, bool(align_corners))
         return x

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import DType, dtypes, promote_types, to_dtype
+from glassgrad.errors import ArgumentError, DtypeError
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -20,8 +21,8 @@ def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
     """A matmul operand as a Tensor on `like`'s device; Python scalars are rejected as PyTorch does."""
     if isinstance(value, type(like)):
         if value.device != like.device:
-            raise ValueError(f"{op}: tensors are on different devices: {like.device} and {value.device}; "
-                             "move one with .to()")  # fmt: skip
+            raise ArgumentError(f"{op}: tensors are on different devices: {like.device} and {value.device}; "
+                                "move one with .to()")  # fmt: skip
         return value
     if isinstance(value, (bool, int, float)):
         raise TypeError(f"{op}: needs tensors of at least 1 dimension, got a Python {type(value).__name__}; "
@@ -35,8 +36,8 @@ def _batch_shape(a: tuple[int, ...], b: tuple[int, ...], x: Tensor, w: Tensor, o
     a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
     for i, (p, q) in enumerate(zip(a, b, strict=True)):
         if p != q and p != 1 and q != 1:
-            raise ValueError(f"{op}: batch dimensions of {x.shape} and {w.shape} cannot broadcast: "
-                             f"{a} vs {b} differ at batch dimension {i} ({p} != {q})")  # fmt: skip
+            raise ArgumentError(f"{op}: batch dimensions of {x.shape} and {w.shape} cannot broadcast: "
+                                f"{a} vs {b} differ at batch dimension {i} ({p} != {q})")  # fmt: skip
     return tuple(q if p == 1 else p for p, q in zip(a, b, strict=True))
 
 
@@ -64,16 +65,16 @@ class LinalgMixin:
             x, w = w, x
         x, w = contraction_operands(x, w)  # autocast's 16-bit operands, where one is on
         if x.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul: both arguments need at least 1 dimension, got shapes {x.shape} and {w.shape}")
+            raise ArgumentError(f"matmul: both arguments need at least 1 dimension, got shapes {x.shape} and {w.shape}")
         result = promote_types(x.dtype, w.dtype)
         if result == dtypes.bool:
-            raise TypeError("matmul: bool tensors are not supported; cast them to an integer or float dtype")
+            raise DtypeError("matmul: bool tensors are not supported; cast them to an integer or float dtype")
         dtype = to_dtype(dtype) if dtype is not None else None
         x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
         w2 = w.reshape(w.shape[0], 1) if w.ndim == 1 else w
         (n, k), (k2, m) = x2.shape[-2:], w2.shape[-2:]
         if k != k2:
-            raise ValueError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({k} != {k2})")
+            raise ArgumentError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({k} != {k2})")
         batch = _batch_shape(x2.shape[:-2], w2.shape[:-2], x, w, "matmul")
         rows = x2.reshape(*x2.shape[:-2], n, 1, k)
         cols = w2.transpose(-1, -2).reshape(*w2.shape[:-2], 1, m, k)
@@ -97,16 +98,17 @@ class LinalgMixin:
         """Sums of products named by subscripts, as torch.einsum: 'ij,jk->ik', 'ii->i', 'bij->bji', '...ij->...'."""
         tensors = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
         if not tensors:
-            raise ValueError("einsum: needs at least one operand")
+            raise ArgumentError("einsum: needs at least one operand")
         for i, t in enumerate(tensors):
             if not isinstance(t, LinalgMixin):
                 raise TypeError(f"einsum: operand {i} is a {type(t).__name__}, not a Tensor")
             if t.device != tensors[0].device:
-                raise ValueError(f"einsum: operands are on different devices: {tensors[0].device} and {t.device}")
+                raise ArgumentError(f"einsum: operands are on different devices: {tensors[0].device} and {t.device}")
         lhs, arrow, rhs = formula.replace(" ", "").partition("->")
         terms = lhs.split(",")
         if len(terms) != len(tensors):
-            raise ValueError(f"einsum: {formula!r} names {len(terms)} operands but {len(tensors)} tensors were given")
+            raise ArgumentError(f"einsum: {formula!r} names {len(terms)} operands but {len(tensors)} tensors were "
+                                "given")  # fmt: skip
         inputs = [_parse_term(term, t.ndim, i) for i, (term, t) in enumerate(zip(terms, tensors, strict=True))]
         rank = max(sum(c.startswith(".") for c in labels) for labels in inputs)
         output = _output_labels(rhs if arrow else None, inputs, [f".{rank - 1 - i}" for i in range(rank)])
@@ -114,7 +116,7 @@ class LinalgMixin:
         for t in tensors[1:]:
             result = promote_types(result, t.dtype)
         if result == dtypes.bool:
-            raise TypeError("einsum: bool tensors are not supported; cast them to an integer or float dtype")
+            raise DtypeError("einsum: bool tensors are not supported; cast them to an integer or float dtype")
         dtype = to_dtype(dtype) if dtype is not None else None
         pairs = [_diagonal(t.cast(result), labels) for t, labels in zip(tensors, inputs, strict=True)]
         _label_sizes(pairs)
@@ -130,41 +132,45 @@ class LinalgMixin:
         return _aligned(x, labels, output).cast(result if dtype is None else dtype)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
-        """x @ weight.T + bias, with weight laid out as PyTorch's (out_features, in_features)."""
+        """x @ weight.T + bias, weight (out_features, in_features) as PyTorch's; a 1-d weight scales each feature."""
         weight = _as_tensor(weight, self, "linear")
         if self.ndim == 0:
-            raise ValueError("linear: the input needs at least 1 dimension (features last), got a 0-d tensor")
-        if weight.ndim != 2:
-            raise ValueError(f"linear: weight must be (out_features, in_features), got shape {weight.shape}")
+            raise ArgumentError("linear: the input needs at least 1 dimension (features last), got a 0-d tensor")
+        if weight.ndim not in (1, 2):
+            raise ArgumentError(f"linear: weight must be (out_features, in_features), or (in_features,) to scale each "
+                                f"feature, got shape {weight.shape}")  # fmt: skip
         if self.shape[-1] != weight.shape[-1]:
-            raise ValueError(f"linear: input has {self.shape[-1]} features (last dim of {self.shape}) but weight "
-                             f"{weight.shape} expects {weight.shape[-1]}")  # fmt: skip
-        out = self.matmul(weight.T, dtype=dtype)
+            raise ArgumentError(f"linear: input has {self.shape[-1]} features (last dim of {self.shape}) but weight "
+                                f"{weight.shape} expects {weight.shape[-1]}")  # fmt: skip
+        if weight.ndim == 1:  # tinygrad's elementwise form (PyTorch refuses a 1-d weight)
+            out = self * weight if dtype is None else self.cast(dtype) * weight.cast(dtype)
+        else:
+            out = self.matmul(weight.T, dtype=dtype)
         if bias is None:
             return out
         (bias,) = contraction_operands(_as_tensor(bias, self, "linear"))  # the output's dtype under autocast
         if not _broadcasts_to(bias.shape, out.shape):
-            raise ValueError(f"linear: bias of shape {bias.shape} cannot broadcast to the output shape {out.shape}")
+            raise ArgumentError(f"linear: bias of shape {bias.shape} cannot broadcast to the output shape {out.shape}")
         return out + bias
 
 
 def _parse_term(term: str, ndim: int, operand: int) -> list[str]:
     """One operand's subscripts as a label per dimension; '...' becomes labels '.0', '.1', ... aligned right."""
     if term.count("...") > 1 or "." in term.replace("...", ""):
-        raise ValueError(f"einsum: operand {operand}'s subscripts {term!r} have a malformed or repeated '...'")
+        raise ArgumentError(f"einsum: operand {operand}'s subscripts {term!r} have a malformed or repeated '...'")
     for c in term.replace("...", ""):
         if not c.isascii() or not c.isalpha():
-            raise ValueError(f"einsum: subscript {c!r} in {term!r} is not a letter (a-z, A-Z)")
+            raise ArgumentError(f"einsum: subscript {c!r} in {term!r} is not a letter (a-z, A-Z)")
     letters = term.replace("...", "")
     if "..." not in term:
         if len(letters) != ndim:
-            raise ValueError(f"einsum: operand {operand} has {ndim} dimensions but subscripts {term!r} "
-                             f"name {len(letters)}")  # fmt: skip
+            raise ArgumentError(f"einsum: operand {operand} has {ndim} dimensions but subscripts {term!r} "
+                                f"name {len(letters)}")  # fmt: skip
         return list(letters)
     extra = ndim - len(letters)
     if extra < 0:
-        raise ValueError(f"einsum: operand {operand} has {ndim} dimensions, fewer than the {len(letters)} letters "
-                         f"of {term!r}")  # fmt: skip
+        raise ArgumentError(f"einsum: operand {operand} has {ndim} dimensions, fewer than the {len(letters)} letters "
+                            f"of {term!r}")  # fmt: skip
     before, after = term.split("...")
     return list(before) + [f".{extra - 1 - i}" for i in range(extra)] + list(after)
 
@@ -175,8 +181,8 @@ def _diagonal(x: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
         first, second = (i for i, c in enumerate(labels) if c == label)
         n, m = x.shape[first], x.shape[second]
         if n != m:
-            raise ValueError(f"einsum: subscript {label!r} is repeated in an operand but its sizes differ "
-                             f"({n} != {m})")  # fmt: skip
+            raise ArgumentError(f"einsum: subscript {label!r} is repeated in an operand but its sizes differ "
+                                f"({n} != {m})")  # fmt: skip
         rest = [i for i in range(x.ndim) if i not in (first, second)]
         x = x.permute(*rest, first, second)
         # x[..., i, i] sits at i * (n + 1) in the flattened pair: pad by n, split into rows of n + 1, keep column 0
@@ -212,12 +218,12 @@ def _output_labels(rhs: str | None, inputs: list[list[str]], ellipsis: list[str]
     if rhs is None:
         return ellipsis + sorted(c for c in set(used) if used.count(c) == 1)
     if rhs.count("...") > 1 or "." in rhs.replace("...", ""):
-        raise ValueError(f"einsum: the output subscripts {rhs!r} have a malformed or repeated '...'")
+        raise ArgumentError(f"einsum: the output subscripts {rhs!r} have a malformed or repeated '...'")
     for c in rhs.replace("...", ""):
         if c not in used:
-            raise ValueError(f"einsum: output subscript {c!r} does not appear in any input")
+            raise ArgumentError(f"einsum: output subscript {c!r} does not appear in any input")
         if rhs.count(c) > 1:
-            raise ValueError(f"einsum: output subscript {c!r} appears more than once in {rhs!r}")
+            raise ArgumentError(f"einsum: output subscript {c!r} appears more than once in {rhs!r}")
     if "..." not in rhs:
         return list(rhs)
     before, after = rhs.split("...")
@@ -233,5 +239,5 @@ def _label_sizes(pairs: list[tuple[Tensor, list[str]]]) -> None:
                 seen[c] = (size, i)
             elif size not in (1, seen[c][0]):
                 name = "the '...' dims have" if c.startswith(".") else f"subscript {c!r} has"
-                raise ValueError(f"einsum: {name} size {seen[c][0]} in operand {seen[c][1]} but {size} in "
-                                 f"operand {i}")  # fmt: skip
+                raise ArgumentError(f"einsum: {name} size {seen[c][0]} in operand {seen[c][1]} but {size} in "
+                                    f"operand {i}")  # fmt: skip

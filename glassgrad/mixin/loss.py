@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
 from glassgrad.mixin.elementwise import _broadcast_shape
 from glassgrad.mixin.small_tensors import _arange
@@ -20,7 +21,7 @@ _LOSS_REDUCTIONS = ("mean", "sum", "none")
 
 def _check_reduction(reduction: str, op: str) -> None:
     if reduction not in _LOSS_REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {_LOSS_REDUCTIONS}, got {reduction!r}")
+        raise ArgumentError(f"{op}: reduction must be one of {_LOSS_REDUCTIONS}, got {reduction!r}")
 
 
 def _reduced(loss: Tensor, reduction: str) -> Tensor:
@@ -42,7 +43,7 @@ def _elementwise_loss_operands(x: Tensor, target: Tensor, weight: Any, op: str) 
     _broadcast_shape(x.shape, target.shape, op)
     weight = _nn_tensor(weight, x, op, "weight")
     if weight is not None and weight.shape != x.shape:
-        raise ValueError(f"{op}: weight has shape {weight.shape} but must have the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: weight has shape {weight.shape} but must have the input's shape {x.shape}")
     return x._float_input() - target, weight
 
 
@@ -58,8 +59,8 @@ def _index_target(x: Tensor, target: Tensor, class_dim: int, op: str) -> Tensor:
     """Class-index targets: integers with the input's shape less its class dimension."""
     expected = x.shape[:class_dim] + x.shape[class_dim + 1 :]
     if target.shape != expected:
-        raise ValueError(f"{op}: target has shape {target.shape} but input {x.shape} needs class indices of shape "
-                         f"{expected}")  # fmt: skip
+        raise ArgumentError(f"{op}: target has shape {target.shape} but input {x.shape} needs class indices of shape "
+                            f"{expected}")  # fmt: skip
     if not dtypes.is_int(target.dtype):  # RuntimeError, as PyTorch's "expected target dtype to be Long"
         raise RuntimeError(f"{op}: class-index targets must be an integer dtype, got {target.dtype} (class "
                            f"probabilities take the input's shape {x.shape})")  # fmt: skip
@@ -93,14 +94,14 @@ def _class_index_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tens
 
 def _check_same_shape(x: Tensor, target: Tensor, op: str) -> None:
     if target.shape != x.shape:
-        raise ValueError(f"{op}: target has shape {target.shape} but must have the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: target has shape {target.shape} but must have the input's shape {x.shape}")
 
 
 def _broadcast_weight(value: Any, x: Tensor, op: str, name: str) -> Tensor | None:
     """An optional weight that must broadcast to the input's shape."""
     t = _nn_tensor(value, x, op, name)
     if t is not None and _broadcast_shape(t.shape, x.shape, f"{op}: {name}") != x.shape:
-        raise ValueError(f"{op}: {name} of shape {t.shape} must broadcast to the input's shape {x.shape}")
+        raise ArgumentError(f"{op}: {name} of shape {t.shape} must broadcast to the input's shape {x.shape}")
     return t
 
 
@@ -116,9 +117,9 @@ class LossMixin:
         target = _loss_target(self, target, Y, op)
         _check_reduction(reduction, op)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
+            raise ArgumentError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
         class_dim = 0 if self.ndim == 1 else 1
         n_classes = self.shape[class_dim]
         weight = _param_of_shape(weight, self, (n_classes,), op, "weight")
@@ -140,7 +141,7 @@ class LossMixin:
         target = _loss_target(self, target, Y, op)
         _check_reduction(reduction, op)
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (C,) or (N, C, *), got a 0-d tensor")
         class_dim = 0 if self.ndim == 1 else 1
         weight = _param_of_shape(weight, self, (self.shape[class_dim],), op, "weight")
         target = _index_target(self, target, class_dim, op)
@@ -153,15 +154,15 @@ class LossMixin:
         op = "sparse_categorical_crossentropy"
         _check_reduction(reduction, op)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
+            raise ArgumentError(f"{op}: label_smoothing must be between 0 and 1, got {label_smoothing}")
         if self.ndim == 0:
-            raise ValueError(f"{op}: input needs shape (..., C) with the classes last, got a 0-d tensor")
+            raise ArgumentError(f"{op}: input needs shape (..., C) with the classes last, got a 0-d tensor")
         Y = _nn_tensor(Y, self, op, "Y")
         if Y.shape != self.shape[:-1]:
-            raise ValueError(f"{op}: Y has shape {Y.shape} but input {self.shape} needs class indices of shape "
-                             f"{self.shape[:-1]}")  # fmt: skip
+            raise ArgumentError(f"{op}: Y has shape {Y.shape} but input {self.shape} needs class indices of shape "
+                                f"{self.shape[:-1]}")  # fmt: skip
         if Y.dtype == dtypes.bool:
-            raise TypeError(f"{op}: Y must hold class indices (integers, or whole floats), got {Y.dtype}")
+            raise DtypeError(f"{op}: Y must hold class indices (integers, or whole floats), got {Y.dtype}")
         class_dim = self.ndim - 1
         return _class_index_loss(self.log_softmax(class_dim), Y, class_dim, None, ignore_index, reduction,
                                  label_smoothing, op)  # fmt: skip
@@ -229,7 +230,7 @@ class LossMixin:
         """torch's smooth_l1_loss: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta."""
         _check_reduction(reduction, "smooth_l1_loss")
         if beta < 0:
-            raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+            raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
         diff, _ = _elementwise_loss_operands(self, _nn_tensor(target, self, "smooth_l1_loss", "target"), None,
                                              "smooth_l1_loss")  # fmt: skip
         d = diff.abs()
@@ -242,7 +243,7 @@ class LossMixin:
         """torch's huber_loss: 0.5 d**2 where |d| < delta, else delta * (|d| - 0.5 delta); a weighted mean is a mean."""
         _check_reduction(reduction, "huber_loss")
         if delta <= 0:
-            raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+            raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
         diff, weight = _elementwise_loss_operands(self, _nn_tensor(target, self, "huber_loss", "target"), weight,
                                                   "huber_loss")  # fmt: skip
         d = diff.abs()

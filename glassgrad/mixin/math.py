@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad import gradient_formulas as formula
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.gradient_formulas import with_gradient
 from glassgrad.tensor_math import polynomial, power, zero_with_gradient
 from glassgrad.uop.ops import Ops
@@ -269,7 +270,7 @@ class MathMixin:
         """Limit values to [min, max]; either may be None or a tensor that broadcasts (min_/max_: tinygrad's names)."""
         low, high = min if min is not None else min_, max if max is not None else max_
         if low is None and high is None:
-            raise ValueError("clamp: at least one of min and max must be given, got neither")
+            raise ArgumentError("clamp: at least one of min and max must be given, got neither")
         x = self
         if low is not None:  # min(max(x, low), high), in that order: where min > max every value is max
             x, low = x._binary_operands(low, "clamp")
@@ -290,7 +291,7 @@ class MathMixin:
             raise TypeError(f"lerp: end must be a Tensor, got {type(end).__name__}")
         start, end = self._binary_operands(end, "lerp")
         if not dtypes.is_float(start.dtype):
-            raise TypeError(f"lerp: needs float tensors, got {start.dtype}")
+            raise DtypeError(f"lerp: needs float tensors, got {start.dtype}")
         difference = end - start
         if not isinstance(weight, type(self)):
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
@@ -304,9 +305,11 @@ class MathMixin:
         """True where x is NaN."""
         return self.ne(self) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
 
-    def isinf(self: Tensor) -> Tensor:
-        """True where x is +inf or -inf."""
-        return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where x is +inf or -inf (tinygrad's detect_positive / detect_negative pick one sign)."""
+        if not dtypes.is_float(self.dtype):
+            return self.full_like(False, dtype=dtypes.bool)
+        return (self == math.inf) * detect_positive | (self == -math.inf) * detect_negative
 
     def isfinite(self: Tensor) -> Tensor:
         """True where x is neither inf nor NaN."""
@@ -332,7 +335,7 @@ class MathMixin:
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         """x limited to [min_val, max_val]; the gradient is 0 at the limits, as PyTorch."""
         if min_val > max_val:
-            raise ValueError(f"hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})")
+            raise ArgumentError(f"hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})")
         # negated conditions keep the tensor first in each where (a float scalar first turns float16 into float32)
         below_max = (self >= max_val).logical_not().where(self, max_val)
         return (self <= min_val).logical_not().where(below_max, min_val)
@@ -352,7 +355,7 @@ class MathMixin:
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """x for x > 0, else alpha * (exp(x / alpha) - 1)."""
         if alpha == 0:
-            raise ValueError("celu: alpha must not be 0")
+            raise ArgumentError("celu: alpha must not be 0")
         negative = self <= 0
         return negative.where(alpha * ((negative.where(self, 0) / alpha).exp() - 1), self)
 
@@ -369,7 +372,7 @@ class MathMixin:
         if approximate == "tanh":
             inner = (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh()
             return with_gradient(0.5 * self * (1 + inner), self, formula.gelu_tanh)
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
     @_float_math
     def quick_gelu(self: Tensor) -> Tensor:
@@ -407,7 +410,7 @@ class MathMixin:
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (as PyTorch)."""
         if beta == 0:
-            raise ValueError("softplus: beta must not be 0")
+            raise ArgumentError("softplus: beta must not be 0")
         z = self * beta
         # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|), so exp never overflows
         negative = z < 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
-from glassgrad.shape import ShapeError, int_args, shape_arg
+from glassgrad.shape import ShapeError, distinct_dims, int_args, shape_arg
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class MovementMixin:
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""
-        shape = shape_arg(shape, "reshape", minus_one="infer")
+        shape = shape_arg(shape, "reshape", minus_one="infer", current=self.shape)
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
@@ -49,25 +50,24 @@ class MovementMixin:
 
     def permute(self, *order) -> Tensor:
         """Reorder the dimensions: the result's dim i is this tensor's dim order[i]."""
-        order = int_args(order, "permute", "dims must be integers")
-        if sorted(o % max(self.ndim, 1) for o in order) != list(range(self.ndim)) or len(order) != self.ndim:
-            raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
-                             f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
-        order = tuple(o % self.ndim for o in order)
+        order = tuple(self._axis(o, "permute") for o in int_args(order, "permute", "dims must be integers"))
+        if sorted(order) != list(range(self.ndim)):
+            raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}; "
+                                f"name each of 0..{self.ndim - 1} exactly once")  # fmt: skip
         return self if order == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, order)
 
     def expand(self, *shape) -> Tensor:
         """Broadcast size-1 dimensions to larger sizes without copying; -1 keeps a dimension."""
         shape = shape_arg(shape, "expand", minus_one="keep")
         if len(shape) < self.ndim:
-            raise ValueError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
+            raise ArgumentError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
         if -1 in shape[: len(shape) - self.ndim]:
             raise ShapeError(f"expand: -1 keeps a dimension's size, but {shape} puts one at a new leading dimension")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         new = tuple(old if s == -1 else s for s, old in zip(shape, padded))
         for old, s in zip(padded, new):
             if old != s and old != 1:
-                raise ValueError(f"expand: cannot expand shape {self.shape} to {shape}: only size-1 dimensions grow")
+                raise ArgumentError(f"expand: cannot expand shape {self.shape} to {shape}: only size-1 dimensions grow")
         x = self.reshape(padded) if padded != self.shape else self
         return x if new == x.shape else x._movement(Ops.EXPAND, new)
 
@@ -75,12 +75,12 @@ class MovementMixin:
         try:
             return self.expand(shape)
         except ValueError:
-            raise ValueError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
+            raise ArgumentError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """Crop each dimension to [start, end) (None keeps it whole)."""
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
+            raise ArgumentError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
         arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
         for (start, end), s in zip(arg, self.shape):
             if not 0 <= start <= end <= s:
@@ -91,7 +91,8 @@ class MovementMixin:
 
     def flip(self, *axis) -> Tensor:
         """Reverse the order of elements along the given dimensions."""
-        axes = {self._axis(a, "flip") for a in int_args(axis, "flip", "dims must be integers")}
+        axes = set(distinct_dims([self._axis(a, "flip") for a in int_args(axis, "flip", "dims must be integers")],
+                                 "flip"))  # fmt: skip
         if not axes:
             return self
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
 
@@ -23,8 +24,8 @@ def _trailing_shape(x: Tensor, normalized_shape: int | Sequence[int], op: str) -
     """torch's `normalized_shape`: the last dimensions of the input, over which the statistics are taken."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
-        raise ValueError(f"{op}: normalized_shape {shape} must be the last dimensions of the input, "
-                         f"whose shape is {x.shape}")  # fmt: skip
+        raise ArgumentError(f"{op}: normalized_shape {shape} must be the last dimensions of the input, "
+                            f"whose shape is {x.shape}")  # fmt: skip
     return shape
 
 
@@ -54,14 +55,14 @@ def _running_stats_start(x: Tensor, op: str, args: tuple, momentum: float, eps: 
         return args, None
     running_mean, running_var, weight, bias = args
     if running_mean is None or running_var is None:
-        raise ValueError(f"{op}: running_mean and running_var are required when {flag}")
+        raise ArgumentError(f"{op}: running_mean and running_var are required when {flag}")
     return args, x.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
 
 
 def _per_channel_args(x: Tensor, op: str, **tensors: Any) -> list[Tensor | None]:
     """Check that x is (N, C, *) and that each per-channel tensor is None or of shape (C,); return them in order."""
     if x.ndim < 2:
-        raise ValueError(f"{op}: input needs shape (N, C, *), got {x.shape}")
+        raise ArgumentError(f"{op}: input needs shape (N, C, *), got {x.shape}")
     return [_param_of_shape(value, x, (x.shape[1],), op, name) for name, value in tensors.items()]
 
 
@@ -118,8 +119,8 @@ class NormMixin:
         weight, bias = _per_channel_args(self, "group_norm", weight=weight, bias=bias)
         n, channels = self.shape[:2]
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0 or channels % num_groups:
-            raise ValueError(f"group_norm: num_groups={num_groups!r} must be a positive int that divides the "
-                             f"{channels} channels of the input {self.shape}")  # fmt: skip
+            raise ArgumentError(f"group_norm: num_groups={num_groups!r} must be a positive int that divides the "
+                                f"{channels} channels of the input {self.shape}")  # fmt: skip
         grouped = self._float_input().reshape(n, num_groups, self.numel() // max(n * num_groups, 1))
         out = _standardized(grouped, (2,), eps)[0].reshape(self.shape)
         return _scale_and_shift(out, weight, bias, _channel_view(self))
@@ -137,13 +138,13 @@ class NormMixin:
                 return t if t is None else t.reshape(view)
             if t.ndim == self.ndim and all(s in (1, v) for s, v in zip(t.shape, view, strict=True)):
                 return t  # already laid out to broadcast against the input
-            raise ValueError(f"batchnorm: {name} has shape {t.shape} but the input {self.shape} with axis={axis} "
-                             f"needs {channels} (or {view})")  # fmt: skip
+            raise ArgumentError(f"batchnorm: {name} has shape {t.shape} but the input {self.shape} with axis={axis} "
+                                f"needs {channels} (or {view})")  # fmt: skip
 
         weight, bias = per_channel(weight, "weight"), per_channel(bias, "bias")
         mean, invstd = per_channel(mean, "mean"), per_channel(invstd, "invstd")
         if mean is None or invstd is None:
-            raise ValueError("batchnorm: mean and invstd are required; weight and bias may be None")
+            raise ArgumentError("batchnorm: mean and invstd are required; weight and bias may be None")
         x = self._float_input() - mean
         if weight is not None:
             x = x * weight
@@ -161,7 +162,7 @@ class NormMixin:
             return from_running
         count = self.numel() // self.shape[1] if self.shape[1] else 0
         if count <= 1:
-            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got {self.shape}")
+            raise ArgumentError(f"batch_norm: expected more than 1 value per channel when training, got {self.shape}")
         axes = (0, *range(2, self.ndim))
         _, mean, var = _standardized(self._float_input(), axes, eps)
         _update_running_stat(running_mean, mean.reshape(self.shape[1]), momentum)
@@ -185,7 +186,7 @@ class NormMixin:
             return from_running
         count = prod(self.shape[2:])
         if count <= 1:
-            raise ValueError(f"instance_norm: expected more than 1 spatial element per channel, got input {self.shape}")
+            raise ArgumentError(f"instance_norm: expected more than 1 spatial element per channel, got {self.shape}")
         out, mean, var = _standardized(self._float_input(), tuple(range(2, self.ndim)), eps)
         _update_running_stat(running_mean, mean.mean(0).reshape(self.shape[1]), momentum)
         _update_running_stat(running_var, (var * (count / (count - 1))).mean(0).reshape(self.shape[1]), momentum)

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
-from glassgrad.mixin.conv import _check_input, _spatial_arg, _windows
+from glassgrad.mixin.conv import _check_input, _spatial_arg, _windows, padding_pairs
 from glassgrad.mixin.linalg import _summed
 from glassgrad.mixin.small_tensors import _arange
+from glassgrad.mixin.spatial_nd import pool_rank
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -19,28 +21,29 @@ if TYPE_CHECKING:
 def _pool_geometry(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
                    padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool, nd: int,
                    op: str) -> tuple[tuple[int, ...], ...]:  # fmt: skip
-    """(kernel, stride, dilation, padding, padding after (with ceil_mode's extra), output sizes) of a pooling."""
+    """(kernel, stride, dilation, padding before, padding after (with ceil_mode's extra), output sizes) of a pooling;
+    padding as torch's (an int or one per dim) or as tinygrad's (before and after, last dim first, as F.pad)."""
     _check_input(x, nd, op)
     kernel = _spatial_arg(kernel_size, nd, op, "kernel_size")
     stride = kernel if stride is None or (isinstance(stride, (list, tuple)) and not stride) else \
         _spatial_arg(stride, nd, op, "stride")  # fmt: skip
     dilation = _spatial_arg(dilation, nd, op, "dilation")
-    padding = _spatial_arg(padding, nd, op, "padding", minimum=0)
+    pairs = padding_pairs(padding, nd, op)
     reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
-    if any(2 * p > r for p, r in zip(padding, reach, strict=True)):
-        raise ValueError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
+    if any(2 * max(p) > r for p, r in zip(pairs, reach, strict=True)):
+        raise ArgumentError(f"{op}: padding {padding} must be at most half of the (dilated) kernel size {reach}")
     sizes = x.shape[-nd:]
-    if any(n + 2 * p < r for n, p, r in zip(sizes, padding, reach, strict=True)):
-        raise ValueError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
-                         f"(dilated) kernel {reach}")  # fmt: skip
+    if any(n + b + a < r for n, (b, a), r in zip(sizes, pairs, reach, strict=True)):
+        raise ArgumentError(f"{op}: the input's spatial size {sizes} with padding {padding} is smaller than the "
+                            f"(dilated) kernel {reach}")  # fmt: skip
     outs, after = [], []
-    for n, s, p, r in zip(sizes, stride, padding, reach, strict=True):
-        o = (n + 2 * p - r + (s - 1 if ceil_mode else 0)) // s + 1
-        if ceil_mode and (o - 1) * s >= n + p:  # the last window must start inside the input or the left padding
+    for n, s, (b, a), r in zip(sizes, stride, pairs, reach, strict=True):
+        o = (n + b + a - r + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (o - 1) * s >= n + b:  # the last window must start inside the input or the left padding
             o -= 1
         outs.append(o)
-        after.append(p + max(0, (o - 1) * s + r - (n + 2 * p)))
-    return kernel, stride, dilation, padding, tuple(after), tuple(outs)
+        after.append(a + max(0, (o - 1) * s + r - (n + b + a)))
+    return kernel, stride, dilation, tuple(b for b, _ in pairs), tuple(after), tuple(outs)
 
 
 def _first_max(windows: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,7 +67,7 @@ def _input_index(position: Tensor, kernel: tuple[int, ...], stride: tuple[int, .
         offset = (position // prod(kernel[j + 1 :])) % kernel[j]
         start = _arange(outs[j], position).reshape(outs[j], *(1,) * (nd - 1 - j))
         flat = flat * sizes[j] + start * stride[j] - padding[j] + offset * dilation[j]
-    return flat.cast(dtypes.int64)
+    return flat.cast(dtypes.default_int)  # int32 as tinygrad's; PyTorch's int64 with default_int = int64
 
 
 def _max_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
@@ -89,21 +92,23 @@ def _avg_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequenc
               padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
               dilation: int | Sequence[int], nd: int, op: str) -> Tensor:  # fmt: skip
     """torch's avg_pool1d/2d/3d: window sums over the count of elements torch divides by."""
-    kernel, stride, dilation, padding, after, outs = _pool_geometry(x, kernel_size, stride, padding, dilation,
-                                                                     ceil_mode, nd, op)  # fmt: skip
+    kernel, stride, dilation, before, after, outs = _pool_geometry(x, kernel_size, stride, padding, dilation,
+                                                                    ceil_mode, nd, op)  # fmt: skip
     x = x._float_input()
-    pads = tuple(zip(padding, after, strict=True))
+    pads = tuple(zip(before, after, strict=True))
     windows = _windows(x.pad(((0, 0),) * (x.ndim - nd) + pads), kernel, stride, dilation)
     window_axes = tuple(range(-nd, 0))
     sums = _summed(windows, None, window_axes, None, x.dtype)
     if divisor_override is not None:
         if isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0:
-            raise ValueError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
+            raise ArgumentError(f"{op}: divisor_override must be a positive int, got {divisor_override!r}")
         return sums / divisor_override
     # the divisor counts what torch counts: the input, with count_include_pad the padding, never ceil_mode's overhang
     divisor: Tensor | int = 1
-    for j, (n, k, s, d, p, o) in enumerate(zip(x.shape[-nd:], kernel, stride, dilation, padding, outs, strict=True)):
-        lo, hi = (-p, n + p) if count_include_pad else (0, n)
+    requested = [a for _, a in padding_pairs(padding, nd, op)]  # the padding after asked for, not ceil_mode's
+    geometry = zip(x.shape[-nd:], kernel, stride, dilation, before, requested, outs, strict=True)
+    for j, (n, k, s, d, p, a, o) in enumerate(geometry):
+        lo, hi = (-p, n + a) if count_include_pad else (0, n)
         counts = [sum(lo <= a * s - p + b * d < hi for b in range(k)) for a in range(o)]
         if len(set(counts)) == 1:
             divisor = divisor * counts[0]
@@ -125,7 +130,8 @@ class PoolMixin:
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
                    return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
         """torch's max_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W); the gradient goes to the first max."""
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
+        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                         pool_rank(kernel_size, 2), "max_pool2d")  # fmt: skip
 
     def max_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
@@ -145,7 +151,7 @@ class PoolMixin:
                    divisor_override: int | None = None, dilation: int | Sequence[int] = 1) -> Tensor:  # fmt: skip
         """torch's avg_pool2d over the last 2 dims of (N, C, H, W) or (C, H, W) (dilation: tinygrad's extra)."""
         return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation,
-                         2, "avg_pool2d")  # fmt: skip
+                         pool_rank(kernel_size, 2), "avg_pool2d")  # fmt: skip
 
     def avg_pool3d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,

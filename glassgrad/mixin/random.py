@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, to_dtype
 from glassgrad.engine.threads import one_thread_at_a_time
+from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.helpers import prod
 from glassgrad.mixin.small_tensors import _arange
 from glassgrad.runtime.device import Device
@@ -119,13 +120,13 @@ class RandomMixin:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
             raise TypeError(f"randint: low and high must be ints, got low={low!r} and high={high!r}")
         if high <= low:
-            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+            raise ArgumentError(f"randint: high ({high}) must be greater than low ({low})")
         if high - low > 2**32:
-            raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**32 values")
+            raise ArgumentError(f"randint: the range [{low}, {high}) is wider than 2**32 values")
         shape = shape_arg(args, "randint")
         dtype = to_dtype(dtype)
         if requires_grad and not dtypes.is_float(dtype):
-            raise ValueError(f"randint: only float tensors can require gradients, got dtype {dtype}")
+            raise ArgumentError(f"randint: only float tensors can require gradients, got dtype {dtype}")
         random = cls._random_bits(prod(shape), _device(device))
         # floor(bits * range / 2**32) spreads 2**32 values evenly over the range (biased by at most range / 2**32)
         offset = (random.cast(dtypes.uint64) * (high - low)) >> 32
@@ -137,7 +138,7 @@ class RandomMixin:
         """Normal random values with the given mean and standard deviation."""
         shape, dtype, device = _creator_args(shape, dtype, device, "normal")
         if std < 0:
-            raise ValueError(f"normal: std must be >= 0, got {std}")
+            raise ArgumentError(f"normal: std must be >= 0, got {std}")
         values = cls.randn(*shape, dtype=_working_float(dtype), device=device) * std + mean
         return values.cast(dtype).requires_grad_(requires_grad)
 
@@ -163,7 +164,7 @@ class RandomMixin:
         """Xavier/Glorot uniform: U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), fans from shape[0] and shape[1:]."""
         shape = shape_arg(shape, "glorot_uniform")
         if not shape:
-            raise ValueError("glorot_uniform: needs a shape with at least one dimension, got ()")
+            raise ArgumentError("glorot_uniform: needs a shape with at least one dimension, got ()")
         bound = math.sqrt(6 / max(shape[0] + prod(shape[1:]), 1))
         return cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -182,19 +183,17 @@ class RandomMixin:
         return cls.normal(*shape, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
-        """Sample category indices in proportion to the weights of each row (int32; PyTorch gives int64)."""
+        """Sample category indices in proportion to the weights of each row (int32; bool or int weights as well)."""
         if self.ndim not in (1, 2):
-            raise ValueError(f"multinomial: weights must be 1-D or 2-D, got shape {self.shape}")
-        if not dtypes.is_float(self.dtype):
-            raise TypeError(f"multinomial: weights must be a float tensor, got {self.dtype}")
+            raise ArgumentError(f"multinomial: weights must be 1-D or 2-D, got shape {self.shape}")
         n = self.shape[-1]
         if n == 0:
-            raise ValueError(f"multinomial: weights of shape {self.shape} have no categories to sample from")
+            raise ArgumentError(f"multinomial: weights of shape {self.shape} have no categories to sample from")
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-            raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+            raise ArgumentError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
         if not replacement and num_samples > n:
-            raise ValueError(f"multinomial: cannot take {num_samples} samples from {n} categories without "
-                             "replacement; pass replacement=True")  # fmt: skip
+            raise ArgumentError(f"multinomial: cannot take {num_samples} samples from {n} categories without "
+                                "replacement; pass replacement=True")  # fmt: skip
         weights = (self if self.ndim == 2 else self.unsqueeze(0)).detach().cast(dtypes.float32)
         rows = weights.shape[0]
         # an exponential race: category i "arrives" at E_i / w_i with E_i ~ Exp(1); the first arrival is distributed
@@ -218,7 +217,7 @@ class RandomMixin:
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """While Tensor.training, zero each element with probability p and scale the rest by 1/(1-p)."""
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
+            raise ArgumentError(f"dropout: p must be a probability in [0, 1], got {p!r}")
         if not self.training or p == 0:
             return self
         if p == 1:
@@ -248,7 +247,7 @@ def _creator_args(shape: Any, dtype: DType | str | None, device: str | None,
     """The checked shape, float dtype and device of a random creator."""
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dtype):
-        raise TypeError(f"{op}: makes floats; dtype {dtype} is not a float dtype (use randint for integers)")
+        raise DtypeError(f"{op}: makes floats; dtype {dtype} is not a float dtype (use randint for integers)")
     return shape_arg(shape, op), dtype, _device(device)
 
 
@@ -260,7 +259,7 @@ def _working_float(dtype: DType) -> DType:
 
 def _kaiming_std(shape: tuple[int, ...], a: float, op: str) -> float:
     if not shape:
-        raise ValueError(f"{op}: needs a shape with at least one dimension, got ()")
+        raise ArgumentError(f"{op}: needs a shape with at least one dimension, got ()")
     return math.sqrt(2 / (1 + a * a)) / math.sqrt(max(prod(shape[1:]), 1))
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import DType, dtypes
+from glassgrad.errors import ArgumentError, EmptyReductionError
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod as product
 from glassgrad.mixin.small_tensors import _arange
@@ -62,10 +63,10 @@ def _axes(x: Tensor, axis: Axis, op: str) -> tuple[int, ...]:
     for a in listed:
         if isinstance(a, bool) or not isinstance(a, int):
             raise TypeError(f"{op}: dims must be ints, got {axis!r}")
-    axes = tuple(sorted({x._axis(a, op) for a in listed})) if x.ndim else ()
+    axes = tuple(sorted({x._axis(a, op) for a in listed}))  # a 0-d tensor's one dimension is 0 or -1
     if len(axes) != len(listed) and x.ndim:
-        raise ValueError(f"{op}: dim {axis} names a dimension more than once")
-    return axes
+        raise ArgumentError(f"{op}: dim {axis} names a dimension more than once")
+    return axes if x.ndim else ()
 
 
 def _drop_axes(x: Tensor, axes: tuple[int, ...]) -> Tensor:
@@ -77,8 +78,8 @@ def _check_not_empty(x: Tensor, axes: tuple[int, ...], op: str) -> None:
     """max, min and the arg-reductions have no identity: reducing an empty dimension has no answer."""
     for a in axes:
         if x.shape[a] == 0:
-            raise ValueError(f"{op}: cannot reduce dimension {a} of size 0 in a tensor of shape {x.shape} "
-                             f"({op} of nothing is undefined); use a dimension with elements")  # fmt: skip
+            raise EmptyReductionError(f"{op}: cannot reduce dimension {a} of size 0 in a tensor of shape {x.shape} "
+                                      f"({op} of nothing is undefined); use a dimension with elements")  # fmt: skip
 
 
 def _accumulating(x: Tensor) -> Tensor:
@@ -390,8 +391,8 @@ class ReduceMixin:
         dim = _one_axis(self, _pick_axis(axis, dim, "topk"), "topk", default=-1)
         size, smallest = (self.shape[dim], 0) if self.ndim else (1, 1)
         if isinstance(k, bool) or not isinstance(k, int) or not smallest <= k <= size:
-            raise ValueError(f"topk: k must be an int from {smallest} to {size} (the size of dimension {dim} of "
-                             f"{self.shape}), got {k!r}")  # fmt: skip
+            raise ArgumentError(f"topk: k must be an int from {smallest} to {size} (the size of dimension {dim} of "
+                                f"{self.shape}), got {k!r}")  # fmt: skip
         return self._along_last(dim, lambda t: _sorted(t, largest, k))
 
 

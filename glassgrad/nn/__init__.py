@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from glassgrad.backward_targets import parameter
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.mixin.scatter_add import take_along
@@ -14,7 +15,7 @@ from glassgrad.tensor_checks import checked_index
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     """U(-bound, bound): PyTorch's default for weights (kaiming_uniform with a=sqrt(5)) and biases of these layers."""
-    return Tensor.uniform(*shape, low=-bound, high=bound).contiguous()
+    return parameter(Tensor.uniform(*shape, low=-bound, high=bound).contiguous())
 
 
 def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
@@ -23,7 +24,8 @@ def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
     .contiguous() is not enough: equal lazy graphs are one interned node, so two such tensors of one shape (a weight
     and a running_var) would share a buffer."""
     dtype = dtype or dtypes.default_float
-    return Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
+    filled = Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype))
+    return parameter(filled) if requires_grad is None else filled  # running statistics say False: no parameters
 
 
 def _tuple(value: int | tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -54,6 +56,10 @@ class _ConvNd:
                              f"must be divisible by groups ({groups})")  # fmt: skip
         self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        strided = set(_tuple(stride, 1)) != {1}
+        if isinstance(padding, str) and (padding not in ("same", "valid") or (padding == "same" and strided)):
+            raise ValueError(f"{type(self).__name__}: padding must be 'same' (with stride 1) or 'valid' or numbers, "
+                             f"got padding={padding!r} with stride={stride!r}")  # fmt: skip
         fan_in = in_channels // groups * prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
         self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
@@ -82,12 +88,14 @@ class Conv3d(_ConvNd):
     dims = 3
 
 
-class ConvTranspose2d:
-    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
+class _ConvTransposeNd:
+    """Transposed convolution over the last len(kernel_size) dims, weight (in, out/groups, *kernel)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0,
+    dims = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1):  # fmt: skip
-        self.kernel_size = _tuple(kernel_size, 2)
+        self.kernel_size = _tuple(kernel_size, self.dims)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
         # PyTorch computes fan_in from the weight's dim 1 (out/groups) for transposed convolutions
@@ -97,15 +105,37 @@ class ConvTranspose2d:
         self.bias = _uniform((out_channels,), bound) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv_transpose2d(self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
-                                  self.dilation)  # fmt: skip
+        conv = (Tensor.conv_transpose1d, Tensor.conv_transpose2d, Tensor.conv_transpose3d)[self.dims - 1]
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                    self.dilation)  # fmt: skip
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Transposed 1-d convolution, weight (in, out/groups, k) as torch.nn.ConvTranspose1d."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
+
+    dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution, weight (in, out/groups, kd, kh, kw) as torch.nn.ConvTranspose3d."""
+
+    dims = 3
 
 
 class BatchNorm:
     """Batch normalization over dim 1; running statistics are updated in training mode (Tensor.training)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
-                 track_running_stats: bool = True):  # fmt: skip
+    def __init__(self, num_features: int | None = None, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, *, sz: int | None = None):  # fmt: skip
+        if (num_features is None) == (sz is None):
+            raise TypeError("BatchNorm: pass the number of features once, as num_features (or tinygrad's sz)")
+        num_features = sz if num_features is None else num_features
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight = _filled((num_features,), 1.0) if affine else None
         self.bias = _filled((num_features,), 0.0) if affine else None
@@ -202,7 +232,7 @@ class Embedding:
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = Tensor.randn(num_embeddings, embedding_dim).contiguous()
+        self.weight = parameter(Tensor.randn(num_embeddings, embedding_dim).contiguous())
 
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.dtype.name not in ("int", "long", "char", "short", "uchar", "ushort", "uint", "ulong"):

@@ -11,23 +11,9 @@ import torch.nn.functional as F
 
 from glassgrad import GlobalCounters, Tensor, dtypes
 from glassgrad.engine.realize import buffer_of
-from torch_check import check_op
+from torch_check import check_op, weighted
 
 NON_CONTIGUOUS = ["transposed", "strided"]
-
-
-def weighted(fn):
-    """fn(*xs) times fixed random weights of the output's shape (floats only)."""
-
-    def both(*xs):
-        out = fn(*xs)
-        if out.numel() == 0 or out.dtype in (torch.bool, dtypes.bool) or not (
-                out.is_floating_point() if isinstance(out, torch.Tensor) else dtypes.is_float(out.dtype)):  # fmt: skip
-            return out
-        w = np.random.default_rng(7).uniform(0.5, 1.5, tuple(out.shape)).astype(np.float32)
-        return out * (torch.tensor(w) if isinstance(out, torch.Tensor) else Tensor(w, device=out.device))
-
-    return both
 
 
 def ix(x, values, dtype="int"):
@@ -481,8 +467,10 @@ def test_cat_and_stack_bad_arguments_raise():
         Tensor(1.0).cat(Tensor(2.0))
     with pytest.raises(ValueError, match=r"stack: every tensor must have the same shape"):
         Tensor.zeros(3).stack(Tensor.zeros(2))
-    with pytest.raises(TypeError, match="cat: item 1 is a list, not a Tensor"):
+    with pytest.raises(TypeError, match="cat: pass the tensors as one list or one by one"):
         Tensor.cat(Tensor.zeros(3), [[1.0]])
+    with pytest.raises(TypeError, match="cat: item 1 is a list, not a Tensor"):
+        Tensor.cat([Tensor.zeros(3), [1.0]])
 
 
 def _pieces(method, arg, dim):
@@ -717,11 +705,11 @@ def test_interpolate_bad_arguments_raise():
     x = Tensor.zeros(1, 1, 4)
     with pytest.raises(ValueError, match="interpolate: pass exactly one of size and scale_factor"):
         x.interpolate()
-    with pytest.raises(ValueError, match="align_corners can only be set with mode 'linear' or 'bilinear'"):
+    with pytest.raises(ValueError, match="align_corners can only be set with mode 'linear', 'bilinear' or 'trilinear'"):
         x.interpolate(3, align_corners=True)
     with pytest.raises(ValueError, match=r"interpolate: mode 'bilinear' resizes 2 dims, got 1 for shape \(1, 1, 4\)"):
         x.interpolate(3, mode="bilinear")
-    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, linear, bilinear"):
+    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, nearest-exact, linear, bilinear"):
         x.interpolate(3, mode="bicubic")
 
 

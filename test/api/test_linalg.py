@@ -249,8 +249,8 @@ def test_matmul_rejects_bools_scalars_and_other_devices():
 
 @pytest.mark.parametrize("x, w, b, message", [
     ((2, 3), (4, 5), None, r"linear: input has 3 features \(last dim of \(2, 3\)\) but weight \(4, 5\) expects 5"),
-    ((2, 3), (2, 4, 3), None, r"linear: weight must be \(out_features, in_features\), got shape \(2, 4, 3\)"),
-    ((2, 3), (3,), None, r"linear: weight must be \(out_features, in_features\), got shape \(3,\)"),
+    ((2, 3), (2, 4, 3), None, r"linear: weight must be \(out_features, in_features\), or \(in_features,\) to scale"),
+    ((2, 3), (4,), None, r"linear: input has 3 features \(last dim of \(2, 3\)\) but weight \(4,\) expects 4"),
     ((), (4, 3), None, "linear: the input needs at least 1 dimension"),
     ((2, 3), (4, 3), (3,), r"linear: bias of shape \(3,\) cannot broadcast to the output shape \(2, 4\)"),
 ])  # fmt: skip
