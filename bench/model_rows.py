@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from bench.gpt2 import model_logits, random_weights, torch_logits
 from bench.torch_models import TorchGPT2, TorchResNet
+from examples.gpt2_train import train_step
 from glassgrad import Device, Tensor, TinyJit, dtypes, nn
 from glassgrad.dtype import DType
 from glassgrad.models import gpt2, resnet
@@ -151,16 +152,9 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
 
 
 def glassgrad_train_side(model: Any, optimizer: nn.optim.Optimizer, batches: list[tuple], dtype: DType) -> Side:
-    """A TinyJit training step: cross-entropy of model(x) (classes last) against y, backward, optimizer step."""
-
-    @TinyJit
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        with Tensor.train():
-            optimizer.zero_grad()
-            loss = model(x).float().sparse_categorical_crossentropy(y).backward()
-            optimizer.step()
-            return loss.realize()
-
+    """examples/gpt2_train.py's TinyJit training step: cross-entropy of model(x) (classes last) against y, backward,
+    optimizer step."""
+    step = train_step(model, optimizer)
     inputs = [glassgrad_inputs(b, dtype) for b in batches]
     forward = lambda i: model(inputs[i % len(inputs)][0]).float().numpy()  # Tensor.training is off out of the step
     return Side(lambda i: step(*inputs[i % len(inputs)]), lambda loss: np.float64(loss.item()), glassgrad_sync,

@@ -34,3 +34,18 @@ def shape_arg(shape: Any, op: str, minus_one: str | None = None) -> tuple[int, .
     if minus_one == "infer" and out.count(-1) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {out} (its size is inferred from the others)")
     return out
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str, operands: str = "", trailing: int = 0
+                    ) -> tuple[int, ...]:  # fmt: skip
+    """NumPy broadcasting of two shapes: aligned from the right, sizes must match or be 1. The error names
+    `operands` (by default "shapes a and b") and counts dimensions from the end of shapes that have `trailing` more
+    dimensions after these (matmul's batch shapes have 2)."""
+    n = max(len(a), len(b))
+    a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    for i, (x, y) in enumerate(zip(a2, b2)):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{op}: {operands or f'shapes {a} and {b}'} cannot broadcast: dimension "
+                             f"{i - n - trailing} has sizes {x} and {y}; sizes must match or be 1 (reshape or "
+                             "unsqueeze one side to line them up)")  # fmt: skip
+    return tuple(y if x == 1 else x for x, y in zip(a2, b2))
