@@ -3,13 +3,23 @@ from a UPat (`UPat.var("x") + 0`), each through its own `_binary`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from glassgrad.uop.opcodes import Ops
 
 
+def _operator(op: Ops, reverse: bool = False) -> Callable[[Any, Any], Any]:
+    """The method `self <op> x`; with `reverse`, `x <op> self` (Python calls __radd__ for `1 + node`)."""
+
+    def method(self, x):
+        return self._binary(op, x, reverse)
+
+    return method
+
+
 class BinaryOperators:
-    """+, *, //, %, &, |, ^, <, >, maximum and ne, built by the subclass's `_binary(op, other, reverse)`."""
+    """The operators, built by the subclass's `_binary(op, other, reverse)`: one row per operator."""
 
     __slots__ = ()
 
@@ -17,41 +27,12 @@ class BinaryOperators:
         """The node (or pattern) of `op` on self and other, or on other and self when `reverse`."""
         raise NotImplementedError
 
-    def __add__(self, x):
-        return self._binary(Ops.ADD, x)
-
-    def __radd__(self, x):
-        return self._binary(Ops.ADD, x, True)
-
-    def __mul__(self, x):
-        return self._binary(Ops.MUL, x)
-
-    def __rmul__(self, x):
-        return self._binary(Ops.MUL, x, True)
-
-    def __floordiv__(self, x):
-        return self._binary(Ops.IDIV, x)
-
-    def __mod__(self, x):
-        return self._binary(Ops.MOD, x)
-
-    def __and__(self, x):
-        return self._binary(Ops.AND, x)
-
-    def __or__(self, x):
-        return self._binary(Ops.OR, x)
-
-    def __xor__(self, x):
-        return self._binary(Ops.XOR, x)
-
-    def __lt__(self, x):
-        return self._binary(Ops.CMPLT, x)
-
-    def __gt__(self, x):
-        return self._binary(Ops.CMPLT, x, True)
-
-    def maximum(self, x):
-        return self._binary(Ops.MAX, x)
-
-    def ne(self, x):
-        return self._binary(Ops.CMPNE, x)
+    __add__, __radd__ = _operator(Ops.ADD), _operator(Ops.ADD, reverse=True)
+    __mul__, __rmul__ = _operator(Ops.MUL), _operator(Ops.MUL, reverse=True)
+    __floordiv__ = _operator(Ops.IDIV)
+    __mod__ = _operator(Ops.MOD)
+    __and__, __or__, __xor__ = _operator(Ops.AND), _operator(Ops.OR), _operator(Ops.XOR)
+    __lt__ = _operator(Ops.CMPLT)
+    __gt__ = _operator(Ops.CMPLT, reverse=True)  # x > y is y < x
+    maximum = _operator(Ops.MAX)
+    ne = _operator(Ops.CMPNE)
