@@ -147,9 +147,10 @@ scalar_lanes = PatternMatcher([
 
 def vectorize(sink: UOp) -> UOp:
     """The kernel with its lane variable (if it has one) turned into vector operations."""
-    lane = next((u for u in sink.toposort() if is_lane(u)), None)
-    if lane is None:  # simplifying removed every use of the lane
-        return graph_rewrite(sink, scalar_lanes)
+    nodes = sink.toposort()
+    lane = next((u for u in nodes if is_lane(u)), None)
+    if lane is None:  # simplifying removed every use of the lane (no rewrite, nor a VIZ entry, where no GEP is left)
+        return graph_rewrite(sink, scalar_lanes) if any(u.op is Ops.GEP for u in nodes) else sink
     v = Vectorizer(sink, lane)
     stores = [new for store in sink.src for new in (v.store(store) if store.op is Ops.STORE else [v.scalar(store)])]
     return sink.replace(src=tuple(stores))
