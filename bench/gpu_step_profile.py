@@ -30,13 +30,14 @@ def build_step():
     import numpy as np
 
     from bench import mnist
+    from examples.beautiful_mnist import Model, adam_train_step
     from glassgrad import Tensor
 
     data = mnist.load_mnist()
     Tensor.manual_seed(mnist.SEED)
     X_train, Y_train = Tensor(data[0]).float() / 255.0, Tensor(data[1])
     Tensor.realize(X_train, Y_train)
-    _, train_step = mnist.glassgrad_train_step(X_train, Y_train)
+    train_step = adam_train_step(Model(), X_train, Y_train)
 
     batches = np.random.default_rng(0).integers(0, data[0].shape[0], size=(STEPS + 3, 512), dtype=np.int32)
     return train_step, batches

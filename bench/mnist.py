@@ -117,27 +117,9 @@ def run_torch(data, batches: np.ndarray) -> Result:
     return Result(f"torch ({device})", times, end - start, end - evaluated, accuracy, loss)
 
 
-def glassgrad_train_step(X_train, Y_train) -> tuple:
-    """examples/beautiful_mnist.py's Model, and its Adam step captured by TinyJit: (model, train_step(samples))."""
-    from examples.beautiful_mnist import Model
-    from glassgrad import Tensor, TinyJit, nn
-
-    model = Model()
-    optimizer = nn.optim.Adam(nn.state.get_parameters(model))
-
-    @TinyJit
-    def train_step(samples: Tensor) -> Tensor:
-        with Tensor.train():
-            optimizer.zero_grad()
-            loss = model(X_train[samples]).sparse_categorical_crossentropy(Y_train[samples]).backward()
-            optimizer.step()
-            return loss
-
-    return model, train_step
-
-
 def run_glassgrad(data, batches: np.ndarray) -> Result:
-    """glassgrad: examples/beautiful_mnist.py's Model, Adam, and its TinyJit-captured train_step."""
+    """glassgrad: examples/beautiful_mnist.py's Model and its TinyJit-captured Adam step."""
+    from examples.beautiful_mnist import Model, adam_train_step
     from glassgrad import Tensor
 
     start = time.perf_counter()
@@ -145,7 +127,8 @@ def run_glassgrad(data, batches: np.ndarray) -> Result:
     X_train, Y_train, X_test, Y_test = (Tensor(a) for a in data)
     X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
     Tensor.realize(X_train, Y_train, X_test, Y_test)
-    model, train_step = glassgrad_train_step(X_train, Y_train)
+    model = Model()
+    train_step = adam_train_step(model, X_train, Y_train)
     times, loss = time_steps(lambda indices: train_step(Tensor(indices).realize()).item(), batches)
     evaluated = time.perf_counter()
     with Tensor.train(False):

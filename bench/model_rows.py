@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from bench.gpt2 import model_logits, random_weights, torch_logits
 from bench.torch_models import TorchGPT2, TorchResNet
-from glassgrad import Device, Tensor, TinyJit, autocast, dtypes, nn
+from examples.gpt2_train import train_step
+from glassgrad import Device, Tensor, TinyJit, dtypes, nn
 from glassgrad.dtype import DType
 from glassgrad.models import gpt2, resnet
 from glassgrad.models.bert import SentenceEncoder
@@ -152,17 +153,9 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
 
 def glassgrad_train_side(model: Any, optimizer: nn.optim.Optimizer, batches: list[tuple], dtype: DType,
                          mixed: DType | None = None) -> Side:  # fmt: skip
-    """A TinyJit training step: cross-entropy of model(x) (classes last) against y, backward, optimizer step; the
-    forward under autocast(mixed) when `mixed` names a 16-bit dtype."""
-
-    @TinyJit
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        with Tensor.train(), autocast(dtype=mixed, enabled=mixed is not None):
-            optimizer.zero_grad()
-            loss = model(x).float().sparse_categorical_crossentropy(y).backward()
-            optimizer.step()
-            return loss.realize()
-
+    """examples/gpt2_train.py's TinyJit training step: cross-entropy of model(x) (classes last) against y, backward,
+    optimizer step; the forward under autocast(mixed) when `mixed` names a 16-bit dtype."""
+    step = train_step(model, optimizer, mixed)
     inputs = [glassgrad_inputs(b, dtype) for b in batches]
     forward = lambda i: model(inputs[i % len(inputs)][0]).float().numpy()  # Tensor.training is off out of the step
     return Side(lambda i: step(*inputs[i % len(inputs)]), lambda loss: np.float64(loss.item()), glassgrad_sync,

@@ -46,14 +46,10 @@ def progress(step: int, total: int, text: str, started: float) -> None:
     print(f"\r[{bar}] {step:4d}/{total} {time.perf_counter() - started:6.1f}s {text}", end=end, flush=True)
 
 
-def main() -> float:
-    Tensor.manual_seed(getenv("SEED", 42))
-    X_train, Y_train, X_test, Y_test = mnist()
-    X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
-    Tensor.realize(X_train, X_test)
-    model = Model()
+def adam_train_step(model: Model, X_train: Tensor, Y_train: Tensor) -> TinyJit:
+    """The model's training step, captured by TinyJit: the loss on the images at `samples`, backward, an Adam
+    step (bench/mnist.py times this step)."""
     optimizer = nn.optim.Adam(nn.state.get_parameters(model))
-    batch_size, steps = getenv("BS", 512), getenv("STEPS", 100)  # 100 steps of 512: about 98% on the test set
 
     @TinyJit
     def train_step(samples: Tensor) -> Tensor:
@@ -62,6 +58,18 @@ def main() -> float:
             loss = model(X_train[samples]).sparse_categorical_crossentropy(Y_train[samples]).backward()
             optimizer.step()
             return loss
+
+    return train_step
+
+
+def main() -> float:
+    Tensor.manual_seed(getenv("SEED", 42))
+    X_train, Y_train, X_test, Y_test = mnist()
+    X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
+    Tensor.realize(X_train, X_test)
+    model = Model()
+    train_step = adam_train_step(model, X_train, Y_train)
+    batch_size, steps = getenv("BS", 512), getenv("STEPS", 100)  # 100 steps of 512: about 98% on the test set
 
     @TinyJit
     def test_accuracy() -> Tensor:

@@ -15,12 +15,14 @@ import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from glassgrad import Tensor, TinyJit, dtypes, getenv, nn  # noqa: E402
+from glassgrad import Tensor, TinyJit, autocast, dtypes, getenv, nn  # noqa: E402
+from glassgrad.dtype import DType  # noqa: E402
 from glassgrad.models.gpt2 import GPT2, Generator, GPT2Config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,6 +45,22 @@ def batches(data: np.ndarray, batch: int, length: int, rng: np.random.Generator)
         yield Tensor(windows[:, :-1]), Tensor(windows[:, 1:])
 
 
+def train_step(model: Callable[[Tensor], Tensor], optimizer: nn.optim.Optimizer, mixed: DType | None = None) -> TinyJit:
+    """The training step, captured by TinyJit: step(x, y) is the cross-entropy of model(x) (classes last, taken in
+    float32) against y, backward, an optimizer step; it returns the loss (bench/model_rows.py times it for every
+    model). `mixed`: a 16-bit dtype runs the forward under autocast (float32 weights, 16-bit products)."""
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train(), autocast(dtype=mixed, enabled=mixed is not None):
+            optimizer.zero_grad()
+            loss = model(x).float().sparse_categorical_crossentropy(y).backward()
+            optimizer.step()
+            return loss.realize()
+
+    return step
+
+
 def main() -> None:
     cfg = GPT2Config(vocab_size=256, n_ctx=getenv("CTX", 128), n_embd=getenv("WIDTH", 256),
                      n_layer=getenv("LAYERS", 4), n_head=getenv("HEADS", 4))  # fmt: skip
@@ -55,16 +73,7 @@ def main() -> None:
     dtypes.default_float = dtype  # the model's tensors are made in it
     model = GPT2(cfg).init_weights(getenv("SEED", 0))
     params = [p for p in nn.state.get_parameters(model) if p.requires_grad is not False]
-    optimizer = nn.optim.AdamW(params, lr=lr)
-
-    @TinyJit
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        with Tensor.train():
-            optimizer.zero_grad()
-            loss = model(x).float().sparse_categorical_crossentropy(y).backward()
-            optimizer.step()
-            return loss.realize()
-
+    step = train_step(model, nn.optim.AdamW(params, lr=lr))
     rng = np.random.default_rng(getenv("SEED", 0))
     train = batches(data[:held_out], batch, cfg.n_ctx, rng)
     print(f"GPT-2 shape: {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head} heads, context {cfg.n_ctx}, {dtype}; "

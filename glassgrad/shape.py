@@ -61,3 +61,18 @@ def distinct_dims(dims: list[int], op: str) -> list[int]:
         repeated = next(d for d in dims if dims.count(d) > 1)
         raise ArgumentError(f"{op}: dimension {repeated} appears more than once in {tuple(dims)}")
     return dims
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str, operands: str = "", trailing: int = 0
+                    ) -> tuple[int, ...]:  # fmt: skip
+    """NumPy broadcasting of two shapes: aligned from the right, sizes must match or be 1. The error names
+    `operands` (by default "shapes a and b") and counts dimensions from the end of shapes that have `trailing` more
+    dimensions after these (matmul's batch shapes have 2)."""
+    n = max(len(a), len(b))
+    a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    for i, (x, y) in enumerate(zip(a2, b2)):
+        if x != y and x != 1 and y != 1:
+            raise ArgumentError(f"{op}: {operands or f'shapes {a} and {b}'} cannot broadcast: dimension "
+                                f"{i - n - trailing} has sizes {x} and {y}; sizes must match or be 1 (reshape or "
+                                "unsqueeze one side to line them up)")  # fmt: skip
+    return tuple(y if x == 1 else x for x, y in zip(a2, b2))

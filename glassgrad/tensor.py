@@ -18,7 +18,7 @@ from glassgrad.dtype import (
     typed_view,
     unpack_values,
 )
-from glassgrad.engine.lazy import current, kernelize_tensors, realize_tensors, register, replaced
+from glassgrad.engine.lazy import current, realize_tensors, register, replaced, schedule_tensors
 from glassgrad.engine.realize import buffer_of
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.errors import ArgumentError, DtypeError
@@ -210,12 +210,12 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
-        kernelize_tensors((self, *others))
+        schedule_tensors((self, *others))
         return self
 
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
         """The kernels that realizing these tensors would run, in order."""
-        return kernelize_tensors((self, *others)).items
+        return schedule_tensors((self, *others)).items
 
     @one_thread_at_a_time
     def realize(self, *others: Tensor) -> Tensor:

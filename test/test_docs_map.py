@@ -1,4 +1,4 @@
-"""docs/architecture.md and docs/internals.md name only modules and files that exist."""
+"""docs/architecture.md, docs/internals.md and docs/user-guide.md name only modules and files that exist."""
 
 import pathlib
 import re
@@ -24,7 +24,7 @@ def exists(name: str) -> bool:
     return (ROOT / name).exists() or any(any(True for _ in (ROOT / f).rglob(name)) for f in FOLDERS)
 
 
-@pytest.mark.parametrize("doc", ["architecture.md", "internals.md"])
+@pytest.mark.parametrize("doc", ["architecture.md", "internals.md", "user-guide.md"])
 def test_every_module_a_doc_names_exists(doc):
     missing = sorted(name for name in named_paths(ROOT / "docs" / doc) if not exists(name))
     assert not missing, f"docs/{doc} names files that do not exist: {missing}"

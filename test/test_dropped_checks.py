@@ -13,11 +13,12 @@ import torch
 
 from glassgrad import Tensor, dtypes
 from glassgrad.codegen import get_program
-from glassgrad.codegen.checks import keep_dropped_checks, passed_checks
+from glassgrad.codegen.checks import drop_checks, keep_dropped_checks, passed_checks
 from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime import ops_cuda
-from glassgrad.uop.ops import Ops
+from glassgrad.uop.check import Check
+from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import symbolic
 from helpers import needs_nvrtc
@@ -94,3 +95,14 @@ def test_kernels_with_kept_checks_compile_for_cuda(name):
             assert ops_cuda.NVRTCCompiler("sm_90").compile(spec.src), spec.src
             checks += len(spec.checks)
     assert checks
+
+
+def test_drop_checks_rule_gives_each_check_its_value():
+    """codegen/checks.py drop_checks alone: CHECK(x, ok) and CHECK(x) are x, under other nodes too."""
+    x = UOp(Ops.SPECIAL, dtypes.int32, (), ("i", 8))
+    check = Check("index {value} out of range", dtypes.int32, low=0, high=4)
+    checked = UOp(Ops.CHECK, dtypes.int32, (x, x < 4), check)
+    assert drop_checks.rewrite(checked) is x
+    assert drop_checks.rewrite(UOp(Ops.CHECK, dtypes.int32, (x,), check)) is x
+    assert drop_checks.rewrite(x) is None
+    assert graph_rewrite((checked + 1) * UOp(Ops.CHECK, dtypes.int32, (x,), check), drop_checks) is (x + 1) * x

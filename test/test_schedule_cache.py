@@ -40,9 +40,9 @@ def test_shape_keys_tell_graphs_apart_as_normalize_does():
 def test_a_hit_names_the_callers_buffers_and_makes_new_ones():
     rng = np.random.default_rng(1)
     a, b, c = (Tensor(rng.standard_normal((5, 5)).astype(np.float32)).realize() for _ in range(3))
-    first = cache.cached_kernelize([graph(a, b)])
+    first = cache.cached_schedule([graph(a, b)]).mapping
     hits = cache.stats["hits"]
-    second = cache.cached_kernelize([graph(a, c)])
+    second = cache.cached_schedule([graph(a, c)]).mapping
     assert cache.stats["hits"] == hits + 1
     (value1,), (value2,) = first.values(), second.values()
     kernel1, kernel2 = value1.base.src[1], value2.base.src[1]

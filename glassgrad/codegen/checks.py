@@ -31,13 +31,15 @@ def _failure_stores(value: UOp, ok: UOp, check: Check, errors: UOp) -> list[UOp]
                                          stored), check) for slot, stored in enumerate(recorded)]  # fmt: skip
 
 
+# CHECK(x, ...) -> x: for a copy of a value whose checks are made elsewhere
+drop_checks = PatternMatcher([
+    (UPat(Ops.CHECK, name="check"), lambda check: check.src[0]),
+])  # fmt: skip
+
+
 def without_checks(u: UOp) -> UOp:
-    """`u` with its CHECKs replaced by their values: a copy of a value whose checks are made elsewhere."""
-    done: dict[UOp, UOp] = {}
-    for node in u.toposort():
-        src = tuple(done[s] for s in node.src)
-        done[node] = src[0] if node.op is Ops.CHECK else node if src == node.src else node.replace(src=src)
-    return done[u]
+    """`u` with its CHECKs replaced by their values."""
+    return graph_rewrite(u, drop_checks)
 
 
 def _with_failure_stores(errors: UOp, check: UOp, x: UOp, ok: UOp) -> UOp:

@@ -13,6 +13,7 @@ import functools
 import operator
 
 from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.symbolic import _as_term, _build_sum, _sum_terms, simplify
 
 
@@ -138,12 +139,18 @@ class Vectorizer:
                 for i, lane_index in enumerate(self.lane_indices(index))]  # fmt: skip
 
 
+# GEP(x, i) -> x where x is a scalar: lane i of a scalar is the scalar
+scalar_lanes = PatternMatcher([
+    (UPat(Ops.GEP, src=(UPat.var("x"),)), lambda x: x if x.dtype.count == 1 else None),
+])  # fmt: skip
+
+
 def vectorize(sink: UOp) -> UOp:
     """The kernel with its lane variable (if it has one) turned into vector operations."""
-    lane = next((u for u in sink.toposort() if is_lane(u)), None)
-    if lane is None:  # simplifying removed every use of the lane: lane i of a scalar is the scalar
-        scalar_geps = {u: u.src[0] for u in sink.toposort() if u.op is Ops.GEP and u.src[0].dtype.count == 1}
-        return sink.substitute(scalar_geps) if scalar_geps else sink
+    nodes = sink.toposort()
+    lane = next((u for u in nodes if is_lane(u)), None)
+    if lane is None:  # simplifying removed every use of the lane (no rewrite, nor a VIZ entry, where no GEP is left)
+        return graph_rewrite(sink, scalar_lanes) if any(u.op is Ops.GEP for u in nodes) else sink
     v = Vectorizer(sink, lane)
     stores = [new for store in sink.src for new in (v.store(store) if store.op is Ops.STORE else [v.scalar(store)])]
     return sink.replace(src=tuple(stores))

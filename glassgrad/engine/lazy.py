@@ -314,12 +314,7 @@ def cached_schedule(roots: list[UOp]) -> Scheduled:
     return _renamed(template, order)
 
 
-def cached_kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
-    """kernelize(roots), served from the cache when a graph of the same shape was kernelized before."""
-    return cached_schedule(roots).mapping
-
-
-# ---- kernelizing and realizing tensors ----
+# ---- scheduling and realizing tensors ----
 
 
 def realize_tensors(tensors: Sequence[Tensor]) -> None:
@@ -327,7 +322,7 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     each is backed by a buffer."""
     start, before = time.perf_counter(), GlobalCounters.kernel_count
     tensors = (*tensors, *readers_of_overwritten(tensors))
-    scheduled = kernelize_tensors(tensors)
+    scheduled = schedule_tensors(tensors)
     unused = intermediates(scheduled.mapping, tensors)
     try:
         run_schedule(scheduled.items, unused)
@@ -340,9 +335,9 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
 
 
 @one_thread_at_a_time
-def kernelize_tensors(tensors: Sequence[Tensor]) -> Scheduled:
-    """Kernelize the tensors' graphs and point every tensor at the result; returns kernelize's answer and the
-    schedule of its kernels."""
+def schedule_tensors(tensors: Sequence[Tensor]) -> Scheduled:
+    """Kernelize the tensors' graphs, point every tensor at the result and return the schedule: kernelize's mapping
+    and the kernels to run, in order (Tensor.kernelize and Tensor.schedule are this; realize runs its kernels)."""
     for t in tensors:
         t._set_uop(t._current_uop())
     scheduled = cached_schedule([t.uop for t in tensors])

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.arguments import _nn_tensor
-from glassgrad.mixin.elementwise import _broadcast_shape
 from glassgrad.mixin.small_tensors import _arange
+from glassgrad.shape import broadcast_shape
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -64,7 +64,7 @@ class AttentionMixin:
             attn_mask = _arange(source_length, self).reshape(1, source_length) <= rows
         if attn_mask is not None:
             attn_mask = _nn_tensor(attn_mask, self, op, "attn_mask")
-            _broadcast_shape(attn_mask.shape, scores.shape, f"{op}: attn_mask")
+            broadcast_shape(attn_mask.shape, scores.shape, f"{op}: attn_mask")
             if attn_mask.dtype == dtypes.bool:
                 scores = attn_mask.where(scores, -math.inf)
             elif dtypes.is_float(attn_mask.dtype):

@@ -7,24 +7,12 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
 from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.runtime.device import Device
+from glassgrad.shape import broadcast_shape
 from glassgrad.tensor_math import float_floor_quotient, float_remainder, int_quotient
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
-    """NumPy broadcasting: align from the right; sizes must match or be 1."""
-    n = max(len(a), len(b))
-    a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for i, (x, y) in enumerate(zip(a2, b2)):
-        if x != y and x != 1 and y != 1:
-            raise ArgumentError(f"{op}: shapes {a} and {b} cannot broadcast: dimension {i - n} has sizes {x} and {y}; "
-                                "sizes must match or be 1 (reshape or unsqueeze one side to line them up)")  # fmt: skip
-        out.append(y if x == 1 else x)
-    return tuple(out)
 
 
 def check_device_holds(device: str, dtype: DType) -> None:
@@ -49,7 +37,7 @@ class ElementwiseMixin:
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         x, y = (other, self) if reverse else (self, other)
-        shape = _broadcast_shape(x.shape, y.shape, op)
+        shape = broadcast_shape(x.shape, y.shape, op)
         return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
@@ -177,7 +165,7 @@ class ElementwiseMixin:
             dtype = result_type_with_scalar(y.dtype, x) if isinstance(y, ElementwiseMixin) else None
             x = type(self)(x, device=self.device, dtype=dtype)
         x, y = x._binary_operands(y, "where")
-        shape = _broadcast_shape(cond.shape, x.shape, "where")
+        shape = broadcast_shape(cond.shape, x.shape, "where")
         cond, x, y = (t._broadcast_to(shape, "where") for t in (cond, x, y))
         return cond._alu(Ops.WHERE, x, y)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import DType, dtypes, promote_types, to_dtype
 from glassgrad.errors import ArgumentError, DtypeError
+from glassgrad.shape import broadcast_shape
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -28,17 +29,6 @@ def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
         raise TypeError(f"{op}: needs tensors of at least 1 dimension, got a Python {type(value).__name__}; "
                         "use * to scale by a number")  # fmt: skip
     return type(like)(value, device=like.device)
-
-
-def _batch_shape(a: tuple[int, ...], b: tuple[int, ...], x: Tensor, w: Tensor, op: str) -> tuple[int, ...]:
-    """The broadcast of two batch shapes, with an error that shows the full operand shapes."""
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    for i, (p, q) in enumerate(zip(a, b, strict=True)):
-        if p != q and p != 1 and q != 1:
-            raise ArgumentError(f"{op}: batch dimensions of {x.shape} and {w.shape} cannot broadcast: "
-                                f"{a} vs {b} differ at batch dimension {i} ({p} != {q})")  # fmt: skip
-    return tuple(q if p == 1 else p for p, q in zip(a, b, strict=True))
 
 
 def _broadcasts_to(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
@@ -75,7 +65,8 @@ class LinalgMixin:
         (n, k), (k2, m) = x2.shape[-2:], w2.shape[-2:]
         if k != k2:
             raise ArgumentError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({k} != {k2})")
-        batch = _batch_shape(x2.shape[:-2], w2.shape[:-2], x, w, "matmul")
+        operands = f"batch dimensions of {x.shape} and {w.shape}"
+        batch = broadcast_shape(x2.shape[:-2], w2.shape[:-2], "matmul", operands, trailing=2)
         rows = x2.reshape(*x2.shape[:-2], n, 1, k)
         cols = w2.transpose(-1, -2).reshape(*w2.shape[:-2], 1, m, k)
         out = _summed(rows, cols, -1, dtype, result)

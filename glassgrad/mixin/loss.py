@@ -8,8 +8,8 @@ from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
-from glassgrad.mixin.elementwise import _broadcast_shape
 from glassgrad.mixin.small_tensors import _arange
+from glassgrad.shape import broadcast_shape
 from glassgrad.tensor_checks import checked_index
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _loss_target(x: Tensor, target: Any, Y: Any, op: str) -> Tensor:
 
 def _elementwise_loss_operands(x: Tensor, target: Tensor, weight: Any, op: str) -> tuple[Tensor, Tensor | None]:
     """The difference x - target (broadcast as torch does) and the optional weight, which must have x's shape."""
-    _broadcast_shape(x.shape, target.shape, op)
+    broadcast_shape(x.shape, target.shape, op)
     weight = _nn_tensor(weight, x, op, "weight")
     if weight is not None and weight.shape != x.shape:
         raise ArgumentError(f"{op}: weight has shape {weight.shape} but must have the input's shape {x.shape}")
@@ -100,7 +100,7 @@ def _check_same_shape(x: Tensor, target: Tensor, op: str) -> None:
 def _broadcast_weight(value: Any, x: Tensor, op: str, name: str) -> Tensor | None:
     """An optional weight that must broadcast to the input's shape."""
     t = _nn_tensor(value, x, op, name)
-    if t is not None and _broadcast_shape(t.shape, x.shape, f"{op}: {name}") != x.shape:
+    if t is not None and broadcast_shape(t.shape, x.shape, f"{op}: {name}") != x.shape:
         raise ArgumentError(f"{op}: {name} of shape {t.shape} must broadcast to the input's shape {x.shape}")
     return t
 

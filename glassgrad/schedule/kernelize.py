@@ -33,19 +33,20 @@ class Kernel:
         return f"<Kernel {self.ast.op.name}>"
 
 
-def is_realized(node: UOp) -> bool:
-    """A node whose data already exists, or will once its kernel runs."""
+def has_buffer(node: UOp) -> bool:
+    """A BUFFER, or the ASSIGN(BUFFER, KERNEL) of one that a kernel will fill: a node whose data lies in a buffer of
+    its own (now, or once that kernel has run)."""
     return node.op is Ops.BUFFER or (node.op is Ops.ASSIGN and node.src[1].op is Ops.KERNEL)
 
 
 def is_view_of_buffer(node: UOp) -> bool:
-    return node.op in GroupOp.Movement and is_realized(node.base) or is_realized(node) or disk_span(node) is not None
+    return node.op in GroupOp.Movement and has_buffer(node.base) or has_buffer(node) or disk_span(node) is not None
 
 
 def _is_whole_buffer(node: UOp) -> bool:
     """A node that is exactly a buffer's data in order, realized or about to be (a COPY can move it as it is)."""
-    has_buffer = is_realized(node.base) or node.base.op in HAS_BUFFER
-    return has_buffer and chain_view(node).contiguous and node.size == node.base.size
+    buffered = has_buffer(node.base) or node.base.op in HAS_BUFFER
+    return buffered and chain_view(node).contiguous and node.size == node.base.size
 
 
 def is_disk(device: str | None) -> bool:
@@ -113,7 +114,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for root in roots:
         add(root)
     for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort():
-        if is_realized(node):
+        if has_buffer(node):
             continue
         if node.op in HAS_BUFFER:
             add(node)
@@ -162,7 +163,7 @@ def _reductions_read_by(point: UOp, points: dict[UOp, None]) -> list[tuple[UOp, 
         stack = [(s, False) for s in point.src]
     while stack:
         node, expanded = stack.pop()
-        if (node, expanded) in seen or is_realized(node) or node.op is Ops.COPY:
+        if (node, expanded) in seen or has_buffer(node) or node.op is Ops.COPY:
             continue
         seen.add((node, expanded))
         if node in points and node is not point:
@@ -193,7 +194,7 @@ def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
         node, in_reduce = stack.pop()
         if (
             (node, in_reduce) in seen
-            or is_realized(node)
+            or has_buffer(node)
             or node.op is Ops.COPY
             or (node in points and node is not point)
         ):
@@ -215,7 +216,7 @@ def _computes(root: UOp, points: dict[UOp, None], reductions: bool = True) -> Ca
     """Whether the kernel of `root` computes a node itself: not a buffer, another point or a copy (and, without
     `reductions`, not a reduction either)."""
     stops = (Ops.COPY,) if reductions else (Ops.COPY, Ops.REDUCE_AXIS)
-    return lambda n: not (is_realized(n) or n in points and n is not root or n.op in stops)
+    return lambda n: not (has_buffer(n) or n in points and n is not root or n.op in stops)
 
 
 def _computed_part(point: UOp, points: dict[UOp, None]) -> list[UOp]:
@@ -324,8 +325,8 @@ fold_movement = PatternMatcher([
 def _to_ast(value: UOp, inputs: dict[UOp, int]) -> UOp:
     """The value graph of a kernel with realized inputs as LOADs and Tensor-level nodes made kernel-level."""
     done: dict[UOp, UOp] = {}
-    for node in value.toposort(enter=lambda n: not is_realized(n)):
-        if is_realized(node):
+    for node in value.toposort(enter=lambda n: not has_buffer(n)):
+        if has_buffer(node):
             done[node] = _load(inputs, node)
         elif node.op is Ops.CONST:
             done[node] = UOp.const(node.dtype, node.arg)
@@ -409,7 +410,7 @@ def _view(st: ShapeTracker) -> UOp:
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
     matcher = pack_panels + window_buffers + copy_disk_views
-    twin = operand_twins(roots, enter=lambda n: not is_realized(n), matcher=matcher)
+    twin = operand_twins(roots, enter=lambda n: not has_buffer(n), matcher=matcher)
     if any(new is not node for node, new in twin.items()):
         # operands got buffers of their own (packed panels, padded windows), a copy moved below a view: kernelize
         # that graph, and answer for the nodes of the one given

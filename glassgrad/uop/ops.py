@@ -11,6 +11,7 @@ from typing import Any
 from glassgrad.dtype import DType, dtypes, truncate
 from glassgrad.helpers import prod
 from glassgrad.uop.opcodes import GroupOp, Ops
+from glassgrad.uop.operators import BinaryOperators
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite  # noqa: F401  (the seed import path)
 
 
@@ -54,7 +55,7 @@ def _forget(ref: _InternRef) -> None:
 _interned: dict[tuple, _InternRef] = {}
 
 
-class UOp:
+class UOp(BinaryOperators):
     """An immutable, interned graph node: building the same (op, dtype, src, arg) twice gives the same object."""
 
     __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
@@ -141,18 +142,6 @@ class UOp:
         other = other if isinstance(other, UOp) else self.const_like(other)
         return other.alu(op, self) if reverse else self.alu(op, other)
 
-    def __add__(self, x):
-        return self._binary(Ops.ADD, x)
-
-    def __radd__(self, x):
-        return self._binary(Ops.ADD, x, True)
-
-    def __mul__(self, x):
-        return self._binary(Ops.MUL, x)
-
-    def __rmul__(self, x):
-        return self._binary(Ops.MUL, x, True)
-
     def __neg__(self):
         return self.alu(Ops.NEG)
 
@@ -161,27 +150,6 @@ class UOp:
 
     def __rsub__(self, x):
         return (-self) + x
-
-    def __floordiv__(self, x):
-        return self._binary(Ops.IDIV, x)
-
-    def __mod__(self, x):
-        return self._binary(Ops.MOD, x)
-
-    def __and__(self, x):
-        return self._binary(Ops.AND, x)
-
-    def __or__(self, x):
-        return self._binary(Ops.OR, x)
-
-    def __xor__(self, x):
-        return self._binary(Ops.XOR, x)
-
-    def __lt__(self, x):
-        return self._binary(Ops.CMPLT, x)
-
-    def __gt__(self, x):
-        return self._binary(Ops.CMPLT, x, True)
 
     def __ge__(self, x):
         return self.__lt__(x).logical_not()
@@ -192,17 +160,11 @@ class UOp:
     __eq__ = object.__eq__  # identity: interning makes structural equality the same thing
     __hash__ = object.__hash__
 
-    def ne(self, x) -> UOp:
-        return self._binary(Ops.CMPNE, x)
-
     def eq(self, x) -> UOp:
         return self.ne(x).logical_not()
 
     def logical_not(self) -> UOp:
         return self.ne(True)
-
-    def maximum(self, x) -> UOp:
-        return self._binary(Ops.MAX, x)
 
     def where(self, x, y) -> UOp:
         x = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType
 from glassgrad.uop.opcodes import GroupOp, Ops
+from glassgrad.uop.operators import BinaryOperators
 
 if TYPE_CHECKING:
     from glassgrad.uop.ops import UOp
 
 
-class UPat:
+class UPat(BinaryOperators):
     """A pattern over UOps. `src` as a tuple matches in order, as a list in any order; `name` binds the match."""
 
     def __init__(
@@ -45,45 +46,12 @@ class UPat:
         """Matches a constant equal to `value`."""
         return UPat(Ops.CONST, dtype=dtype, arg=value)
 
-    # ---- operator sugar: UPat.var("x") + 0 builds the pattern of an ADD ----
+    # ---- operator sugar (uop/operators.py): UPat.var("x") + 0 builds the pattern of an ADD ----
 
-    def _alu(self, op: Ops, other: UPat | int | float | bool, reverse: bool = False) -> UPat:
+    def _binary(self, op: Ops, other: UPat | int | float | bool, reverse: bool = False) -> UPat:
         other = other if isinstance(other, UPat) else UPat.const(None, other)
         pair = [other, self] if reverse else [self, other]
         return UPat(op, src=pair if op in GroupOp.Commutative else tuple(pair))
-
-    def __add__(self, x):
-        return self._alu(Ops.ADD, x)
-
-    def __radd__(self, x):
-        return self._alu(Ops.ADD, x, True)
-
-    def __mul__(self, x):
-        return self._alu(Ops.MUL, x)
-
-    def __rmul__(self, x):
-        return self._alu(Ops.MUL, x, True)
-
-    def __floordiv__(self, x):
-        return self._alu(Ops.IDIV, x)
-
-    def __mod__(self, x):
-        return self._alu(Ops.MOD, x)
-
-    def __lt__(self, x):
-        return self._alu(Ops.CMPLT, x)
-
-    def __and__(self, x):
-        return self._alu(Ops.AND, x)
-
-    def __or__(self, x):
-        return self._alu(Ops.OR, x)
-
-    def maximum(self, x):
-        return self._alu(Ops.MAX, x)
-
-    def ne(self, x):
-        return self._alu(Ops.CMPNE, x)
 
     def where(self, x, y):
         return UPat(Ops.WHERE, src=(self, x, y))

@@ -231,7 +231,10 @@ def test_einsum_and_linear_on_python_device():
     ((2, 3), (4, 5), r"matmul: inner dimensions differ: \(2, 3\) @ \(4, 5\) \(3 != 4\)"),
     ((3,), (4,), r"matmul: inner dimensions differ: \(3,\) @ \(4,\)"),
     ((), (3,), r"matmul: both arguments need at least 1 dimension, got shapes \(\) and \(3,\)"),
-    ((2, 2, 3), (3, 3, 4), r"matmul: batch dimensions of \(2, 2, 3\) and \(3, 3, 4\) cannot broadcast"),
+    ((2, 2, 3), (3, 3, 4), r"matmul: batch dimensions of \(2, 2, 3\) and \(3, 3, 4\) cannot broadcast: "
+                           r"dimension -3 has sizes 2 and 3"),
+    ((2, 5, 1, 3), (4, 5, 3, 2), r"matmul: batch dimensions of \(2, 5, 1, 3\) and \(4, 5, 3, 2\) cannot "
+                                 r"broadcast: dimension -4 has sizes 2 and 4"),
 ])  # fmt: skip
 def test_matmul_rejects_bad_shapes(a, b, message):
     with pytest.raises(ValueError, match=message):

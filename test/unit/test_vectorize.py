@@ -9,7 +9,7 @@ from glassgrad import Device, Tensor
 from glassgrad.codegen import collapse_gathers, get_program
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.lowerer import lower_kernel
-from glassgrad.codegen.vectorize import Vectorizer, _plus, is_lane, lane_step
+from glassgrad.codegen.vectorize import Vectorizer, _plus, is_lane, lane_step, scalar_lanes
 from glassgrad.dtype import dtypes
 from glassgrad.uop import Ops
 from glassgrad.uop.ops import UOp
@@ -60,3 +60,13 @@ def test_a_constant_is_added_to_the_constant_term():
     assert _plus(x * 4 + 3, 5) is x * 4 + 8
     assert _plus(x * 4, 5) is x * 4 + 5
     assert _plus(UOp.const(dtypes.int, 2), 5) is UOp.const(dtypes.int, 7)
+
+
+def test_scalar_lanes_rule_reads_a_scalar_for_any_lane():
+    """codegen/vectorize.py scalar_lanes alone: GEP(x, i) of a scalar x is x; of a vector it stays."""
+    x = UOp(Ops.SPECIAL, dtypes.int32, (), ("i", 8))
+    assert scalar_lanes.rewrite(UOp(Ops.GEP, dtypes.int32, (x,), 3)) is x
+    vector = UOp(Ops.VECTORIZE, dtypes.int32.vec(2), (x, x + 1))
+    assert scalar_lanes.rewrite(UOp(Ops.GEP, dtypes.int32, (vector,), 1)) is None
+    sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.GEP, dtypes.int32, (x,), 0) + UOp(Ops.GEP, dtypes.int32, (vector,), 1),))
+    assert graph_rewrite(sink, scalar_lanes).src[0] is x + UOp(Ops.GEP, dtypes.int32, (vector,), 1)
