@@ -2,6 +2,7 @@
 
 from glassgrad import backends, nn  # noqa: E402  (after Tensor: nn is built on it)
 from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_matmul_precision
+from glassgrad.disk_cache import cache_dir
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
 from glassgrad.function import function
@@ -17,6 +18,7 @@ __all__ = [
     "Tensor",
     "TinyJit",
     "backends",
+    "cache_dir",
     "dtypes",
     "function",
     "get_float32_matmul_precision",
