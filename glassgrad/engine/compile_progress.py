@@ -16,11 +16,11 @@ class CompileProgress:
     """`with CompileProgress(n, device):` around compiling n kernels: past AFTER_S seconds it writes
     `glassgrad: compiling n kernels for DEVICE...` to stderr, and ` done in 7.1 s` on the same line when it ends."""
 
-    def __init__(self, kernels: int, device: str, after_s: float = AFTER_S):
-        self.kernels, self.device, self.after_s = kernels, device, after_s
+    def __init__(self, kernels: int, device: str):
+        self.kernels, self.device = kernels, device
         self.started, self.shown = time.perf_counter(), False
         self.lock = threading.Lock()
-        self.timer = threading.Timer(after_s, self.show) if PROGRESS.value else None
+        self.timer = threading.Timer(AFTER_S, self.show) if PROGRESS.value else None
 
     def show(self) -> None:
         with self.lock:

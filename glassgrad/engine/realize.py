@@ -88,9 +88,11 @@ def compile_ahead(kernels: list[tuple[str, UOp]]) -> dict[tuple, CompiledKernel]
     if not todo:
         return {}
     with CompileProgress(len(todo), ", ".join(sorted({device for device, _ in todo.values()}))):
-        specs = {key: (device, _cached_spec(key, device, ast)) for key, (device, ast) in todo.items()}
-        compiled = _compile_sources({(device, spec.src) for device, spec in specs.values()
-                                     if spec.src not in Device[device].programs})  # fmt: skip
+        if len(todo) == 1:  # no pool for one: an eager op's new kernel
+            ((key, (device, ast)),) = todo.items()
+            specs, compiled = {key: (device, _cached_spec(key, device, ast))}, {}
+        else:
+            specs, compiled = _specs_and_binaries(todo)
     made = {}
     for key, (device, spec) in specs.items():
         program = Device[device].load(spec.name, spec.src, compiled.get((device, spec.src)))
@@ -98,13 +100,16 @@ def compile_ahead(kernels: list[tuple[str, UOp]]) -> dict[tuple, CompiledKernel]
     return made
 
 
-def _compile_sources(sources: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
-    """Each (device, source)'s binary, compiled side by side where there are several."""
-    compile_one = lambda found: Device[found[0]].compiler.compile_cached(found[1])  # noqa: E731
-    if len(sources) < 2:
-        return {found: compile_one(found) for found in sources}
-    with ThreadPoolExecutor(max_workers=min(len(sources), os.cpu_count() or 1)) as pool:
-        return dict(zip(sources, pool.map(compile_one, sources)))
+def _specs_and_binaries(todo: dict[tuple, tuple[str, UOp]]) -> tuple[dict, dict[tuple[str, str], bytes]]:
+    """Each kernel's spec, made in order, and the binary of each source not loaded yet, compiled once each in a pool
+    of threads as soon as its spec is made (so the compilers run while the next kernels are lowered)."""
+    specs, pending = {}, {}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for key, (device, ast) in todo.items():
+            specs[key] = (device, spec := _cached_spec(key, device, ast))
+            if (device, spec.src) not in pending and spec.src not in Device[device].programs:
+                pending[(device, spec.src)] = pool.submit(Device[device].compiler.compile_cached, spec.src)
+        return specs, {found: future.result() for found, future in pending.items()}
 
 
 def _kernel_key(device: str, ast: UOp) -> tuple:
