@@ -49,13 +49,36 @@ pack.device_renderer = lambda device: Device[device].renderer  # what the schedu
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
 _all_tensors: dict[int, weakref.ref[Tensor]] = {}
+# Live tensors that have stood for an ASSIGN node (pending_assigns looks at these, not at every tensor).
+_assigning: dict[int, weakref.ref[Tensor]] = {}
 # Nodes that have been kernelized or realized, and what stands for them now.
 replaced: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
 
 
 def register(t: Tensor) -> None:
     """List a new tensor among the live ones (until it is collected)."""
-    _all_tensors[id(t)] = weakref.ref(t, lambda _, key=id(t): _all_tensors.pop(key, None))
+
+    def forget(_: weakref.ref, key: int = id(t)) -> None:
+        _all_tensors.pop(key, None)
+        _assigning.pop(key, None)
+
+    _all_tensors[id(t)] = weakref.ref(t, forget)
+    track(t)
+
+
+def track(t: Tensor) -> None:
+    """Note that `t` now stands for its node (Tensor._set_uop calls this): become finds the tensors of a node
+    through the node, not by looking at every live tensor."""
+    ref, node = _all_tensors[id(t)], t.uop
+    if (listed := node.__dict__.get(TENSORS)) is None:
+        node.__dict__[TENSORS] = [ref]
+    else:
+        if len(listed) >= 8:  # tensors that died or moved on: dropped, so a node many tensors pass keeps a short list
+            listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
+        listed.append(ref)
+    if node.op is Ops.ASSIGN:
+        _assigning[id(t)] = ref
 
 
 def live_tensors() -> list[Tensor]:
@@ -65,7 +88,13 @@ def live_tensors() -> list[Tensor]:
 
 def pending_assigns() -> list[Tensor]:
     """Live tensors with an assign that has not run yet."""
-    return [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.uop.op is Ops.ASSIGN]
+    pending = []
+    for key, ref in list(_assigning.items()):
+        if (t := ref()) is not None and t.uop.op is Ops.ASSIGN:
+            pending.append(t)
+        else:  # ran (track lists it again at its next assign)
+            _assigning.pop(key, None)
+    return pending
 
 
 def resolve(node: UOp) -> UOp:
@@ -102,10 +131,10 @@ def become(mapping: dict[UOp, UOp]) -> None:
         return
     for key, value in mapping.items():
         replaced[key] = value
-    for ref in list(_all_tensors.values()):
-        t = ref()
-        if t is not None and t.uop in replaced:
-            t._set_uop(resolve(t.uop))
+    for key in mapping:
+        for ref in key.__dict__.get(TENSORS, ()):
+            if (t := ref()) is not None and t.uop is key:
+                t._set_uop(resolve(key))
 
 
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
@@ -129,7 +158,7 @@ def intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[
 def readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
     """Live lazy tensors, other than these, that read a buffer one of these tensors' pending assigns overwrites (or
     the value of an earlier assign to it, in a chain of assigns)."""
-    if not pending_assigns():  # the common case costs one pass over the live tensors, no graph walk
+    if not pending_assigns():  # the common case: no graph walk
         return []
     graph = UOp(Ops.SINK, dtypes.void, tuple(current(t.uop) for t in tensors)).toposort()
     running = {n for n in graph if n.op is Ops.ASSIGN and n.src[1].op is not Ops.KERNEL}
