@@ -51,3 +51,11 @@ def test_every_way_a_tensor_changes_its_node_keeps_it_listed():
     written[0] = 7.0  # setitem on a tensor with autograd history: a new graph, not an assign
     check_the_index()
     assert written.tolist() == [7.0, 2.0, 3.0] and all(np.isfinite(losses)) and losses[0] > losses[-1]
+
+
+def test_a_node_lists_each_tensor_once_however_often_it_is_pointed_there():
+    t = Tensor([1.0, 2.0]).realize()
+    for _ in range(50):
+        t.realize()  # each realize points the tensor at its node again
+        (t + 1).realize()
+    assert len(t.uop.__dict__[lazy.TENSORS]) < 8

@@ -51,8 +51,32 @@ pack.device_renderer = lambda device: Device[device].renderer  # what the schedu
 _all_tensors: dict[int, weakref.ref[Tensor]] = {}
 # Live tensors that have stood for an ASSIGN node (pending_assigns looks at these, not at every tensor).
 _assigning: dict[int, weakref.ref[Tensor]] = {}
-# Nodes that have been kernelized or realized, and what stands for them now.
-replaced: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+class Replacements:
+    """Nodes that have been kernelized or realized, and what stands for them now: `node in replaced`,
+    `replaced[node]`, `replaced[node] = new`. The replacement is kept on the node itself, so it lives as long as the
+    node does; a WeakKeyDictionary lists the nodes too, only to say whether any is alive (none: no graph needs a
+    walk to be current), as its every lookup makes a weak reference (a hot path's cost)."""
+
+    def __init__(self):
+        self.live: weakref.WeakKeyDictionary[UOp, None] = weakref.WeakKeyDictionary()
+
+    def __contains__(self, node: UOp) -> bool:
+        return "_replaced" in node.__dict__
+
+    def __getitem__(self, node: UOp) -> UOp:
+        return node.__dict__["_replaced"]
+
+    def __setitem__(self, node: UOp, new: UOp) -> None:
+        node.__dict__["_replaced"] = new
+        self.live[node] = None
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+
+replaced = Replacements()
 TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
 
 
@@ -73,7 +97,7 @@ def track(t: Tensor) -> None:
     ref, node = _all_tensors[id(t)], t.uop
     if (listed := node.__dict__.get(TENSORS)) is None:
         node.__dict__[TENSORS] = [ref]
-    else:
+    elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
         if len(listed) >= 8:  # tensors that died or moved on: dropped, so a node many tensors pass keeps a short list
             listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
         listed.append(ref)
@@ -99,8 +123,8 @@ def pending_assigns() -> list[Tensor]:
 
 def resolve(node: UOp) -> UOp:
     """What a node stands for now, following realized and kernelized replacements."""
-    while node in replaced:
-        node = replaced[node]
+    while (new := node.__dict__.get("_replaced")) is not None:
+        node = new
     return node
 
 
@@ -243,7 +267,8 @@ class Template:
     rebuilt: tuple[UOp, ...]
 
 
-_cache: OrderedDict[tuple, Template] = OrderedDict()
+# by the key's hash, computed once (hashing the key hashes every node's dtype and arg): [(key, template)]
+_cache: OrderedDict[int, list[tuple[tuple, Template]]] = OrderedDict()
 
 
 def _slot(k: int) -> UOp:
@@ -320,14 +345,16 @@ def cached_schedule(roots: list[UOp]) -> Scheduled:
     kernelized before."""
     order = UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort()
     key = (shape_key(order), NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
-    if (template := _cache.get(key)) is None:
+    same_hash = _cache.get(digest := hash(key), [])
+    if (template := next((t for k, t in same_hash if k == key), None)) is None:
         stats["misses"] += 1
-        template = _cache[key] = _template(order)
+        template = _template(order)
+        _cache[digest] = [*same_hash, (key, template)]
         if len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     else:
         stats["hits"] += 1
-        _cache.move_to_end(key)
+    _cache.move_to_end(digest)
     return _renamed(template, order)
 
 

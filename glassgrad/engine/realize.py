@@ -26,19 +26,20 @@ from glassgrad.uop.ops import Ops, UOp
 if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
     viz.start()
 
-# The memory behind each BUFFER node lives exactly as long as the node does.
+# The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
+# lookup), and listed here for TinyJit, which asks which buffers are held.
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
     """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
-    _buffers[alias] = buffer_of(node)
+    _buffers[alias] = alias.__dict__["_buffer"] = buffer_of(node)
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
-    if (found := _buffers.get(node)) is None:
-        found = _buffers[node] = Buffer(node.device, node.arg, node.dtype)
+    if (found := node.__dict__.get("_buffer")) is None:
+        found = _buffers[node] = node.__dict__["_buffer"] = Buffer(node.device, node.arg, node.dtype)
     return found
 
 
