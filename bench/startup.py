@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -104,28 +105,40 @@ def resnet_glassgrad(device: str):
     return step
 
 
-def grouped_us(call, sync, calls: int = 100, groups: int = 40) -> float:
-    """Median microseconds of call() over groups of `calls` calls, each group ending in sync() (after warm-up)."""
+def cpu_seconds() -> float:
+    """CPU time this process (every thread) and the children it waited for (the C compiler) have used."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def grouped_us(call, sync, calls: int = 100, groups: int = 40) -> list[float]:
+    """Median microseconds of call() over groups of `calls` calls, each group ending in sync() (after warm-up):
+    [wall, CPU]."""
     for _ in range(calls):
         call()
     sync()
     times = []
     for _ in range(groups):
-        start = time.perf_counter()
+        start = (time.perf_counter(), cpu_seconds())
         for _ in range(calls):
             call()
         sync()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times) * 1e6
+        times.append([(time.perf_counter() - start[0]) / calls, (cpu_seconds() - start[1]) / calls])
+    return [statistics.median(column) * 1e6 for column in zip(*times)]
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
+def timed(fn) -> list[float]:
+    """[wall seconds, CPU seconds] of fn()."""
+    start = (time.perf_counter(), cpu_seconds())
     fn()
-    return time.perf_counter() - start
+    return [time.perf_counter() - start[0], cpu_seconds() - start[1]]
 
 
-def worker_lazy(case: str, name: str, device: str) -> float:
+def medians(runs: list[list[float]]) -> list[float]:
+    return [statistics.median(column) for column in zip(*runs)]
+
+
+def worker_lazy(case: str, name: str, device: str) -> list[float]:
     Tensor, _, _, _, sync = lazy_framework(name, device)
     if case == "add":
         a, b = Tensor(np.arange(10, dtype=np.float32)).realize(), Tensor(np.ones(10, dtype=np.float32)).realize()
@@ -138,10 +151,11 @@ def worker_lazy(case: str, name: str, device: str) -> float:
     eager = [timed(lambda b=b: step(b).item()) for b in batches[:EAGER_STEPS]]
     jitted = TinyJit(step)
     jit = [timed(lambda b=b: jitted(b).item()) for b in batches[EAGER_STEPS:]]
-    return statistics.median(eager[2:]) / statistics.median(jit[2:])  # both past their first runs and the capture
+    # both past their first runs and the capture
+    return [e / j for e, j in zip(medians(eager[2:]), medians(jit[2:]), strict=True)]
 
 
-def worker_torch(case: str, device: str) -> float:
+def worker_torch(case: str, device: str) -> list[float]:
     import torch
 
     from bench.mnist import torch_model, torch_step
@@ -167,7 +181,7 @@ def worker_torch(case: str, device: str) -> float:
     batches = [rng.integers(0, 1024, MNIST_BATCH) for _ in range(EAGER_STEPS)]
     if case == "mnist":
         return timed(lambda: step(batches[0]))
-    return statistics.median([timed(lambda b=b: step(b)) for b in batches][2:])  # seconds: no JIT to divide by
+    return medians([timed(lambda b=b: step(b)) for b in batches][2:])  # seconds: no JIT to divide by
 
 
 def worker(case: str, name: str, device: str) -> None:
@@ -178,7 +192,7 @@ def worker(case: str, name: str, device: str) -> None:
 # ---- the parent: fresh processes, cold and warm ----
 
 
-def run_worker(case: str, name: str, device: str, cache: str) -> float | None:
+def run_worker(case: str, name: str, device: str, cache: str) -> list[float] | None:
     """One fresh process measuring one case (None where it failed, its error printed)."""
     env = dict(os.environ, GLASSGRAD_CACHE_DIR=cache, CACHEDB=os.path.join(cache, "tinygrad.db"), DEV=device)
     done = subprocess.run([sys.executable, __file__, "--worker", case, name, device], capture_output=True, text=True,
@@ -190,15 +204,17 @@ def run_worker(case: str, name: str, device: str, cache: str) -> float | None:
     return None
 
 
-def cold_and_warm(case: str, name: str, device: str, repeats: int) -> dict[str, float | None]:
+def cold_and_warm(case: str, name: str, device: str, repeats: int) -> dict[str, list[float] | None]:
     """The case's median figure from fresh processes on a new cache folder (cold), then on what they left (warm)."""
     colds, warms = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory(prefix="startup-cache-") as cache:
             colds.append(run_worker(case, name, device, cache) if case in ("mnist", "resnet18") else None)
             warms.append(run_worker(case, name, device, cache))
-    median = lambda xs: statistics.median(xs) if xs and None not in xs else None  # noqa: E731
-    return {"cold": median(colds), "warm": median(warms)}
+    return {
+        "cold": medians(colds) if None not in colds else None,
+        "warm": medians(warms) if None not in warms else None,
+    }
 
 
 def usable(name: str, device: str) -> str | None:
@@ -214,10 +230,12 @@ def usable(name: str, device: str) -> str | None:
     return "not installed here" if "ModuleNotFoundError" in last else f"absent ({last[:80]})"
 
 
-def cell(value: float | None, unit: str) -> str:
+def cell(value: list[float] | None, unit: str) -> str:
+    """The wall figure, and in brackets the CPU time's (this host is shared: the CPU time is the steadier)."""
     if value is None:
         return "-"
-    return f"{value:.1f}" if unit == "us" else f"{value:.2f}"
+    digits = 1 if unit == "us" else 2
+    return f"{value[0]:.{digits}f} ({value[1]:.{digits}f})"
 
 
 def main() -> None:
@@ -252,7 +270,8 @@ def main() -> None:
         target = " / ".join("-" if t is None else f"<= {t}" for t in targets)
         values = "".join(f"{cell(figures.get(n, {}).get(s), unit):>17}" for n, s in columns)
         print(f"{f'{case} ({unit})':<24}{values}{target:>22}")
-    print("(eager: glassgrad's step without TinyJit over its TinyJit step; PyTorch's column is its eager step in s)")
+    print("wall (CPU: this process and its compilers); eager: glassgrad's step without TinyJit over its TinyJit step,")
+    print("PyTorch's column its eager step in s")
 
 
 if __name__ == "__main__":
