@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from bench.common import header  # noqa: E402
+from bench.common import header, lazy_mnist_step  # noqa: E402
 
 CASES = ("mnist", "resnet18", "add", "eager")
 FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
@@ -67,19 +67,7 @@ def mnist_lazy(name: str, device: str):
     else:
         from bench.mnist import TinygradModel as Model
     rng = np.random.default_rng(0)
-    X = Tensor(rng.random((1024, 1, 28, 28), dtype=np.float32)).realize()
-    Y = Tensor(rng.integers(0, 10, 1024, dtype=np.int32)).realize()
-    Tensor.manual_seed(0)
-    model = Model()
-    optimizer = nn.optim.Adam(nn.state.get_parameters(model))
-
-    def step(samples):
-        with training():
-            optimizer.zero_grad()
-            loss = model(X[samples]).sparse_categorical_crossentropy(Y[samples]).backward()
-            optimizer.step()
-            return loss.realize()
-
+    step = lazy_mnist_step(Tensor, nn, training, Model, rng)
     batches = [Tensor(rng.integers(0, 1024, MNIST_BATCH, dtype=np.int32)).realize() for _ in range(2 * EAGER_STEPS)]
     return step, batches, TinyJit
 

@@ -1,4 +1,5 @@
-"""The one line a realize prints on stderr when its compiling takes longer than a moment (PROGRESS=0: none)."""
+"""The one line a realize prints on stderr when its compiling takes longer than a moment (PROGRESS=0: none; nor
+under DEBUG=3 and up, which print each kernel's source as it is made)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 import time
 from types import TracebackType
 
-from glassgrad.helpers import PROGRESS
+from glassgrad.helpers import DEBUG, PROGRESS
 
 AFTER_S = 1.0  # a compile shorter than this says nothing
 
@@ -20,7 +21,7 @@ class CompileProgress:
         self.kernels, self.device = kernels, device
         self.started, self.shown = time.perf_counter(), False
         self.lock = threading.Lock()
-        self.timer = threading.Timer(AFTER_S, self.show) if PROGRESS.value else None
+        self.timer = threading.Timer(AFTER_S, self.show) if PROGRESS.value and DEBUG.value < 3 else None
 
     def show(self) -> None:
         with self.lock:
