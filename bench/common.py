@@ -9,6 +9,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 
 def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
     """Median wall time of fn() after warm-up runs (fn must finish its work before returning)."""
@@ -72,3 +74,23 @@ def print_table(rows: list[tuple[str, str, float]], unit: str, reference: str) -
     for work, fw, value in rows:
         ratio = value / refs[work] if refs.get(work) else float("nan")
         print(f"{work:<34} {fw:<22} {value:12.2f} {ratio:13.2f}x")
+
+
+def lazy_mnist_step(Tensor, nn, training, Model, rng: np.random.Generator) -> Callable:
+    """examples/beautiful_mnist.py's training step (Adam, training mode) over 1,024 random MNIST-shaped images, for
+    glassgrad or tinygrad (the same API; `training()` enters training mode): a function of a batch's indices (a
+    tensor) that returns the realized loss."""
+    images, labels = rng.random((1024, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 1024, dtype=np.int32)
+    Tensor.manual_seed(0)
+    X, Y = Tensor(images).realize(), Tensor(labels).realize()
+    model = Model()
+    optimizer = nn.optim.Adam(nn.state.get_parameters(model))
+
+    def step(samples):
+        with training():
+            optimizer.zero_grad()
+            loss = model(X[samples]).sparse_categorical_crossentropy(Y[samples]).backward()
+            optimizer.step()
+            return loss.realize()
+
+    return step

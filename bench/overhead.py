@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from bench.common import header, median_seconds  # noqa: E402
+from bench.common import header, lazy_mnist_step, median_seconds  # noqa: E402
 
 BS, STEPS = int(os.environ.get("BS", 16)), int(os.environ.get("STEPS", 16))
 FRAMEWORKS = ("torch", "glassgrad", "tinygrad")
@@ -66,19 +66,7 @@ def measure_lazy(name: str) -> dict[str, float]:
     a, b = Tensor(np.arange(10, dtype=np.float32)).realize(), Tensor(np.ones(10, dtype=np.float32)).realize()
     add_us = median_us(lambda: (a + b).realize())
     rng = np.random.default_rng(0)
-    images, labels = mnist_like(rng)
-    Tensor.manual_seed(0)
-    X, Y = Tensor(images).realize(), Tensor(labels).realize()
-    model = Model()
-    optimizer = nn.optim.Adam(nn.state.get_parameters(model))
-
-    def step(samples):
-        with training():
-            optimizer.zero_grad()
-            loss = model(X[samples]).sparse_categorical_crossentropy(Y[samples]).backward()
-            optimizer.step()
-            return loss.realize()
-
+    step = lazy_mnist_step(Tensor, nn, training, Model, rng)
     batches = [Tensor(rng.integers(0, 1024, BS, dtype=np.int32)).realize() for _ in range(STEPS + 2)]
     start = time.perf_counter()
     step(batches[0]).item()

@@ -3,6 +3,7 @@
 from glassgrad import amp, backends, nn  # noqa: E402  (after Tensor: nn is built on it)
 from glassgrad.autocast import autocast
 from glassgrad.backends.cuda import get_float32_matmul_precision, set_float32_matmul_precision
+from glassgrad.disk_cache import cache_dir
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
 from glassgrad.function import function
@@ -20,6 +21,7 @@ __all__ = [
     "amp",
     "autocast",
     "backends",
+    "cache_dir",
     "dtypes",
     "function",
     "get_float32_matmul_precision",

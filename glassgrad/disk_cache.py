@@ -5,6 +5,10 @@ and the data's length. Reading one checks all four before anything sees the data
 disk cut short, one garbled on the disk, or another key's entry copied over it is never used: it is reported in one
 warning line naming it, and the caller builds it again (and writes it back). A cache folder that cannot be used (not
 writable, or a file where the folder should be) is one warning, and glassgrad runs without the disk cache.
+
+The folder is $GLASSGRAD_CACHE_DIR where set, else $XDG_CACHE_HOME/glassgrad or ~/.cache/glassgrad; GLASSGRAD_CACHE=0
+turns the disk cache off. Past GLASSGRAD_CACHE_MB megabytes (1024) of entries, the least recently used are deleted
+(a read marks an entry used), checked when a process first writes and after every tenth of the cap it writes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import pathlib
 import struct
 import threading
+import time
 import warnings
 
 MAGIC = b"GGCACHE1"
@@ -22,13 +27,19 @@ HEADER = struct.Struct("<8s32s32sQ")  # magic, sha256 of the key, sha256 of the 
 
 _usable: dict[pathlib.Path, bool] = {}  # each cache folder is tried once per process
 _warned: set[pathlib.Path] = set()  # entries and folders warned about
+_written: dict[pathlib.Path, int] = {}  # bytes this process wrote to each folder since its size was last checked
 
 
 def cache_dir() -> pathlib.Path | None:
-    """Where glassgrad keeps its disk cache ($XDG_CACHE_HOME/glassgrad or ~/.cache/glassgrad), or None (with one
-    warning) where that folder cannot be made or written."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = pathlib.Path(base) / "glassgrad"
+    """Where glassgrad keeps its disk cache ($GLASSGRAD_CACHE_DIR, else $XDG_CACHE_HOME/glassgrad or
+    ~/.cache/glassgrad), or None where GLASSGRAD_CACHE=0 turns it off or (with one warning) where that folder cannot
+    be made or written."""
+    if os.environ.get("GLASSGRAD_CACHE", "1") == "0":
+        return None
+    if not (where := os.environ.get("GLASSGRAD_CACHE_DIR")):
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        where = os.path.join(base, "glassgrad")
+    path = pathlib.Path(where)
     if path not in _usable:
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -62,6 +73,8 @@ def cache_get(table: str, key: str) -> bytes | None:
     if problem is not None:
         _warn_once(path, f"glassgrad: the cache entry {path} is {problem}; building it again")
         return None
+    with contextlib.suppress(OSError):  # used now: the size cap deletes the least recently used first
+        os.utime(path)
     return data
 
 
@@ -76,11 +89,57 @@ def cache_put(table: str, key: str, data: bytes) -> None:
         with open(tmp, "wb") as f:
             f.write(header + data)
         os.replace(tmp, path)
+        _count_written(path.parent.parent.parent, HEADER.size + len(data))
     except OSError as e:
         with contextlib.suppress(OSError):  # never made, or its folder could not be
             tmp.unlink()
         folder = path.parent.parent.parent  # one warning for the folder, not one per entry (a full disk fails them all)
         _warn_once(folder, f"glassgrad: cannot write the cache entry {path} ({_reason(e)}); not keeping it on disk")
+
+
+def cache_limit_bytes() -> int:
+    """The size cap of the cache folder (GLASSGRAD_CACHE_MB megabytes, 1024 unless set)."""
+    return int(float(os.environ.get("GLASSGRAD_CACHE_MB", 1024)) * 1e6)
+
+
+def _count_written(folder: pathlib.Path, nbytes: int) -> None:
+    """Trim the folder when this process first writes to it, and after each tenth of the cap it writes."""
+    first = folder not in _written
+    _written[folder] = _written.get(folder, 0) + nbytes
+    if first or _written[folder] >= cache_limit_bytes() // 10:
+        _written[folder] = 0
+        trim(folder, cache_limit_bytes())
+
+
+def trim(folder: pathlib.Path, limit: int) -> None:
+    """Delete the least recently used entries under `folder` until what is left holds at most 90% of `limit` bytes
+    (nothing where it holds no more than `limit`). Another process may delete the same entry: that is no error."""
+    found = []
+    for table in _subfolders(folder):
+        for shard in _subfolders(table):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(shard):
+                    stat = entry.stat()
+                    found.append((stat.st_mtime, stat.st_size, entry.path))
+    total = sum(size for _, size, _ in found)
+    if total <= limit:
+        return
+    stale = time.time() - 60  # a temporary file this young may still be written by another process
+    for mtime, size, path in sorted(found):
+        if total <= limit * 0.9:
+            break
+        if path.endswith(".tmp") and mtime > stale:
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        total -= size
+
+
+def _subfolders(folder: pathlib.Path | str) -> list[str]:
+    try:
+        return [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _entry_path(table: str, key: str) -> pathlib.Path | None:

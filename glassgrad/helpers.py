@@ -51,6 +51,7 @@ BEAM = ContextVar("BEAM", 0)
 TF32 = ContextVar("TF32", 0)  # 1: float32 contractions may run on the tensor cores as TF32 (glassgrad.backends)
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
+PROGRESS = ContextVar("PROGRESS", 1)  # 0: no "compiling N kernels" line on stderr when a realize waits on compiles
 TRAINING = ContextVar("TRAINING", 0)  # Tensor.training: dropout drops, batchnorm uses and updates batch statistics
 
 L2_BUDGET = 1 << 20  # bytes of one operand a kernel may keep in cache: half of a 2 MiB L2 (the CPU kernels' tiles, a

@@ -18,7 +18,7 @@ from glassgrad.dtype import (
     typed_view,
     unpack_values,
 )
-from glassgrad.engine.lazy import current, realize_tensors, register, replaced, schedule_tensors
+from glassgrad.engine.lazy import current, realize_tensors, register, replaced, schedule_tensors, track
 from glassgrad.engine.realize import buffer_of
 from glassgrad.engine.threads import one_thread_at_a_time, thread_id
 from glassgrad.errors import ArgumentError, DtypeError
@@ -207,6 +207,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         if self._requires_grad and not self._is_leaf and self._autograd_uop is None and not self._graph_freed:
             self._autograd_uop = self.uop
         self.uop = uop
+        track(self)
 
     def kernelize(self, *others: Tensor) -> Tensor:
         """Group this graph (and others') into kernels: realize points become ASSIGN(BUFFER, KERNEL)."""
@@ -252,6 +253,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             self.realize()
             target, value_now = self.uop, current(value_now)
         self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, value_now)), thread_id()  # for TinyJit
+        track(self)
         return self
 
     def _host_bytes(self) -> bytearray:

@@ -1,5 +1,7 @@
-"""The disk cache: a damaged entry is built again with one warning naming it, never loaded; an unusable cache folder
-is a warning, and glassgrad runs without it. Each case runs in its own process with a fresh cache folder."""
+"""The disk cache: a damaged entry (a compiled kernel's, or a program's: engine/program_cache.py) is built again with
+one warning naming it, never loaded; an unusable cache folder is a warning, and glassgrad runs without it; the
+folder moves with GLASSGRAD_CACHE_DIR, GLASSGRAD_CACHE=0 turns it off, and GLASSGRAD_CACHE_MB caps its size. Each
+case runs in its own process with a fresh cache folder."""
 
 import os
 import subprocess
@@ -17,19 +19,20 @@ SHIFT = "from glassgrad import Tensor; print((Tensor([1.0, 2.0, 3.0, 4.0]) - 1.0
 
 def run(code: str, cache_home) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO, "XDG_CACHE_HOME": str(cache_home), "NO_COLOR": "1"}
-    env.pop("DISABLE_COMPILER_CACHE", None)
+    for name in ("DISABLE_COMPILER_CACHE", "GLASSGRAD_CACHE_DIR", "GLASSGRAD_CACHE"):
+        env.pop(name, None)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 
-def entries(cache_home) -> list:
-    return sorted((cache_home / "glassgrad" / "kernels").rglob("*"), key=str)
+def entries(cache_home, table: str = "kernels") -> list:
+    return sorted((cache_home / "glassgrad" / table).rglob("*"), key=str)
 
 
-def only_entry(cache_home, code: str):
-    """Run `code` in an empty cache and return the one kernel entry it wrote."""
+def only_entry(cache_home, code: str, table: str = "kernels"):
+    """Run `code` in an empty cache and return the one entry of `table` it wrote."""
     done = run(code, cache_home)
     assert done.returncode == 0, done.stderr
-    (path,) = [p for p in entries(cache_home) if p.is_file()]
+    (path,) = [p for p in entries(cache_home, table) if p.is_file()]
     return path
 
 
@@ -66,6 +69,37 @@ def test_a_damaged_entry_is_built_again_with_one_warning_naming_it(damage, tmp_p
     assert len(warnings) == 1 and str(path) in warnings[0] and what in warnings[0], done.stderr
     again = run(SCALE, cache)  # the entry was written back whole: no warning the next time
     assert again.returncode == 0 and again.stdout.strip() == SCALED and "Warning" not in again.stderr, again.stderr
+
+
+PROGRAM_DAMAGE = ["cut to half", "garbled code", "empty", "another kernel's entry"]
+
+
+@pytest.mark.parametrize("damage", PROGRAM_DAMAGE)
+def test_a_damaged_program_entry_is_made_again_with_one_warning_naming_it(damage, tmp_path):
+    cache = tmp_path / "cache"
+    path = only_entry(cache, SCALE, "programs")
+    change, what = DAMAGE[damage]
+    other = (lambda: only_entry(tmp_path / "other", SHIFT, "programs").read_bytes()) if "another" in damage else None
+    path.write_bytes(other() if other else change(path.read_bytes(), tmp_path))
+    done = run(SCALE, cache)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == SCALED
+    warnings = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warnings) == 1 and str(path) in warnings[0] and what in warnings[0], done.stderr
+    again = run(SCALE, cache)
+    assert again.returncode == 0 and again.stdout.strip() == SCALED and "Warning" not in again.stderr, again.stderr
+
+
+def test_the_cache_folder_moves_with_its_variable_and_turns_off(tmp_path):
+    moved = tmp_path / "moved"
+    done = run(f"import os; os.environ['GLASSGRAD_CACHE_DIR'] = {str(moved)!r}\n{SCALE}\n"
+               "import glassgrad; print(glassgrad.cache_dir())", tmp_path / "home")  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == [*SCALED.split(), str(moved)], done.stderr
+    assert list((moved / "kernels").rglob("*")) and not (tmp_path / "home").exists()
+    off = run(f"import os; os.environ['GLASSGRAD_CACHE'] = '0'\n{SCALE}\n"
+              "import glassgrad; print(glassgrad.cache_dir())", tmp_path / "off")  # fmt: skip
+    assert off.returncode == 0 and off.stdout.split() == [*SCALED.split(), "None"], off.stderr
+    assert not (tmp_path / "off").exists()
 
 
 def test_entries_hold_their_key_and_checksum_and_no_temporary_files_are_left(tmp_path):
@@ -115,6 +149,7 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(disk_cache, "_usable", {})
     monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setattr(disk_cache, "_written", {})
     return tmp_path
 
 
@@ -142,3 +177,17 @@ def test_a_damaged_beam_choice_is_not_used(fresh_cache):
     path.write_bytes(path.read_bytes()[: disk_cache.HEADER.size] + b'[["UPCAST", 0, 8]]')
     with pytest.warns(RuntimeWarning, match="does not match its checksum"):
         assert disk_cache.cache_get("beam", "key") is None
+
+
+def test_past_the_size_cap_the_least_recently_used_entries_go(fresh_cache, monkeypatch):
+    for i in range(8):
+        disk_cache.cache_put("programs", f"key {i}", bytes(200))  # each entry: 200 bytes and its header
+        path = disk_cache._entry_path("programs", f"key {i}")
+        os.utime(path, (1000 + i, 1000 + i))  # written one after another, a second apart
+    disk_cache.cache_get("programs", "key 0")  # read: now the most recently used
+    monkeypatch.setenv("GLASSGRAD_CACHE_MB", "0.001")  # 1,000 bytes
+    disk_cache.trim(fresh_cache / "glassgrad", disk_cache.cache_limit_bytes())
+    kept = [i for i in range(8) if disk_cache._entry_path("programs", f"key {i}").exists()]
+    size = disk_cache.HEADER.size + 200
+    assert kept == [0, *range(8 - (900 // size - 1), 8)] and len(kept) * size <= 900  # 90% of the cap
+    assert disk_cache.cache_get("programs", "key 0") == bytes(200)

@@ -377,3 +377,28 @@ def test_a_training_step_returns_the_loss_before_the_update():
     optimizer.step()
     expected = (torch_forward(theirs, torch.tensor(X)) - torch.tensor(Y)).square().mean().item()
     assert loss.item() == pytest.approx(expected, rel=1e-6)  # got the loss of the updated parameters
+
+
+def test_adam_builds_its_bias_corrections_once_a_step(monkeypatch):
+    """1 - b^t is the same for every parameter: built once a step (a power's graph is large), and the same values."""
+    powers, original = [], Tensor.pow
+
+    def counted(self, *args, **kwargs):
+        powers.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tensor, "pow", counted)
+    rng = np.random.default_rng(3)
+    params = [Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True) for shape in [(3,), (2, 2), ()]]
+    torch_params = [torch.tensor(p.numpy(), requires_grad=True) for p in params]
+    ours, theirs = nn.optim.Adam(params, lr=0.1), torch.optim.Adam(torch_params, lr=0.1)
+    for _ in range(3):
+        ours.zero_grad()
+        sum((p * p * (i + 1)).sum() for i, p in enumerate(params)).backward()
+        ours.step()
+        theirs.zero_grad()
+        sum((p * p * (i + 1)).sum() for i, p in enumerate(torch_params)).backward()
+        theirs.step()
+    assert len(powers) == 3 * 2  # b1^t and b2^t, each step
+    for p, q in zip(params, torch_params, strict=True):
+        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -49,13 +49,60 @@ pack.device_renderer = lambda device: Device[device].renderer  # what the schedu
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
 _all_tensors: dict[int, weakref.ref[Tensor]] = {}
-# Nodes that have been kernelized or realized, and what stands for them now.
-replaced: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# Live tensors that have stood for an ASSIGN node (pending_assigns looks at these, not at every tensor).
+_assigning: dict[int, weakref.ref[Tensor]] = {}
+
+
+class Replacements:
+    """Nodes that have been kernelized or realized, and what stands for them now: `node in replaced`,
+    `replaced[node]`, `replaced[node] = new`. The replacement is kept on the node itself, so it lives as long as the
+    node does; a WeakKeyDictionary lists the nodes too, only to say whether any is alive (none: no graph needs a
+    walk to be current), as its every lookup makes a weak reference (a hot path's cost)."""
+
+    def __init__(self):
+        self.live: weakref.WeakKeyDictionary[UOp, None] = weakref.WeakKeyDictionary()
+
+    def __contains__(self, node: UOp) -> bool:
+        return "_replaced" in node.__dict__
+
+    def __getitem__(self, node: UOp) -> UOp:
+        return node.__dict__["_replaced"]
+
+    def __setitem__(self, node: UOp, new: UOp) -> None:
+        node.__dict__["_replaced"] = new
+        self.live[node] = None
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+
+replaced = Replacements()
+TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
 
 
 def register(t: Tensor) -> None:
     """List a new tensor among the live ones (until it is collected)."""
-    _all_tensors[id(t)] = weakref.ref(t, lambda _, key=id(t): _all_tensors.pop(key, None))
+
+    def forget(_: weakref.ref, key: int = id(t)) -> None:
+        _all_tensors.pop(key, None)
+        _assigning.pop(key, None)
+
+    _all_tensors[id(t)] = weakref.ref(t, forget)
+    track(t)
+
+
+def track(t: Tensor) -> None:
+    """Note that `t` now stands for its node (Tensor._set_uop calls this): become finds the tensors of a node
+    through the node, not by looking at every live tensor."""
+    ref, node = _all_tensors[id(t)], t.uop
+    if (listed := node.__dict__.get(TENSORS)) is None:
+        node.__dict__[TENSORS] = [ref]
+    elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
+        if len(listed) >= 8:  # tensors that died or moved on: dropped, so a node many tensors pass keeps a short list
+            listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
+        listed.append(ref)
+    if node.op is Ops.ASSIGN:
+        _assigning[id(t)] = ref
 
 
 def live_tensors() -> list[Tensor]:
@@ -65,13 +112,19 @@ def live_tensors() -> list[Tensor]:
 
 def pending_assigns() -> list[Tensor]:
     """Live tensors with an assign that has not run yet."""
-    return [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and t.uop.op is Ops.ASSIGN]
+    pending = []
+    for key, ref in list(_assigning.items()):
+        if (t := ref()) is not None and t.uop.op is Ops.ASSIGN:
+            pending.append(t)
+        else:  # ran (track lists it again at its next assign)
+            _assigning.pop(key, None)
+    return pending
 
 
 def resolve(node: UOp) -> UOp:
     """What a node stands for now, following realized and kernelized replacements."""
-    while node in replaced:
-        node = replaced[node]
+    while (new := node.__dict__.get("_replaced")) is not None:
+        node = new
     return node
 
 
@@ -114,10 +167,10 @@ def become(mapping: dict[UOp, UOp]) -> None:
         return
     for key, value in mapping.items():
         replaced[key] = value
-    for ref in list(_all_tensors.values()):
-        t = ref()
-        if t is not None and t.uop in replaced:
-            t._set_uop(resolve(t.uop))
+    for key in mapping:
+        for ref in key.__dict__.get(TENSORS, ()):
+            if (t := ref()) is not None and t.uop is key:
+                t._set_uop(resolve(key))
 
 
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
@@ -141,7 +194,7 @@ def intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[
 def readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
     """Live lazy tensors, other than these, that read a buffer one of these tensors' pending assigns overwrites (or
     the value of an earlier assign to it, in a chain of assigns)."""
-    if not pending_assigns():  # the common case costs one pass over the live tensors, no graph walk
+    if not pending_assigns():  # the common case: no graph walk
         return []
     graph = UOp(Ops.SINK, dtypes.void, tuple(current(t.uop) for t in tensors)).toposort()
     running = {n for n in graph if n.op is Ops.ASSIGN and n.src[1].op is not Ops.KERNEL}
@@ -226,7 +279,8 @@ class Template:
     rebuilt: tuple[UOp, ...]
 
 
-_cache: OrderedDict[tuple, Template] = OrderedDict()
+# by the key's hash, computed once (hashing the key hashes every node's dtype and arg): [(key, template)]
+_cache: OrderedDict[int, list[tuple[tuple, Template]]] = OrderedDict()
 
 
 def _slot(k: int) -> UOp:
@@ -303,14 +357,16 @@ def cached_schedule(roots: list[UOp]) -> Scheduled:
     kernelized before."""
     order = UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort()
     key = (shape_key(order), NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
-    if (template := _cache.get(key)) is None:
+    same_hash = _cache.get(digest := hash(key), [])
+    if (template := next((t for k, t in same_hash if k == key), None)) is None:
         stats["misses"] += 1
-        template = _cache[key] = _template(order)
+        template = _template(order)
+        _cache[digest] = [*same_hash, (key, template)]
         if len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     else:
         stats["hits"] += 1
-        _cache.move_to_end(key)
+    _cache.move_to_end(digest)
     return _renamed(template, order)
 
 

@@ -10,8 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from glassgrad import viz
 from glassgrad.codegen import ProgramSpec, get_program
+from glassgrad.engine import program_cache
 from glassgrad.engine.beam import beam_opts
 from glassgrad.engine.checks import error_buffer, raise_failed_checks
+from glassgrad.engine.compile_progress import CompileProgress
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
@@ -24,19 +26,20 @@ from glassgrad.uop.ops import Ops, UOp
 if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
     viz.start()
 
-# The memory behind each BUFFER node lives exactly as long as the node does.
+# The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
+# lookup), and listed here for TinyJit, which asks which buffers are held.
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
     """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
-    _buffers[alias] = buffer_of(node)
+    _buffers[alias] = alias.__dict__["_buffer"] = buffer_of(node)
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
-    if (found := _buffers.get(node)) is None:
-        found = _buffers[node] = Buffer(node.device, node.arg, node.dtype)
+    if (found := node.__dict__.get("_buffer")) is None:
+        found = _buffers[node] = node.__dict__["_buffer"] = Buffer(node.device, node.arg, node.dtype)
     return found
 
 
@@ -60,13 +63,12 @@ _kernels: OrderedDict[tuple[str, UOp, int, int, int], CompiledKernel] = OrderedD
 
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
-    """Compile an AST for a device once per process (the source is also cached on disk by the compiler)."""
+    """Compile an AST for a device once per process (its spec and binary are also cached on disk)."""
     key = _kernel_key(device, ast)
     if (found := _kernels.get(key)) is not None:
         _kernels.move_to_end(key)
         return found
-    spec = _program_spec(device, ast)
-    return _keep(key, CompiledKernel(device, spec, Device[device].load(spec.name, spec.src)))
+    return compile_ahead([(device, ast)])[key]
 
 
 def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
@@ -76,24 +78,56 @@ def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
     return kernel
 
 
-def compile_ahead(kernels: list[tuple[str, UOp]]) -> None:
-    """Render the (device, AST) kernels not compiled yet, then compile their sources side by side.
+def compile_ahead(kernels: list[tuple[str, UOp]]) -> dict[tuple, CompiledKernel]:
+    """Make the (device, AST) kernels not made yet in this process, and return those it made by key.
 
-    Rendering is Python and stays in order; the compilers (NVRTC through ctypes, the C compiler as a process) run
-    outside the GIL, so a first run's compile time (a training step's hundred kernels) is shared among the cores."""
+    Each spec comes from the program cache on disk where an earlier process made it, else codegen makes it (Python,
+    in order) and it is kept there. Then every source not loaded yet is compiled once (two kernels may render the
+    same source), side by side: the compilers (NVRTC through ctypes, the C compiler as a process) run outside the GIL,
+    so a first run's compile time (a training step's hundred kernels) is shared among the cores."""
     todo = {key: (device, ast) for device, ast in kernels if (key := _kernel_key(device, ast)) not in _kernels}
-    if len(todo) < 2:
-        return
-    specs = {key: (device, _program_spec(device, ast)) for key, (device, ast) in todo.items()}
-    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
-        binaries = pool.map(lambda found: Device[found[0]].compiler.compile_cached(found[1].src), specs.values())
-        for (key, (device, spec)), binary in zip(specs.items(), binaries, strict=True):
-            _keep(key, CompiledKernel(device, spec, Device[device].load(spec.name, spec.src, binary)))
+    if not todo:
+        return {}
+    with CompileProgress(len(todo), ", ".join(sorted({device for device, _ in todo.values()}))):
+        if len(todo) == 1:  # no pool for one: an eager op's new kernel
+            ((key, (device, ast)),) = todo.items()
+            specs, compiled = {key: (device, _cached_spec(key, device, ast))}, {}
+        else:
+            specs, compiled = _specs_and_binaries(todo)
+    made = {}
+    for key, (device, spec) in specs.items():
+        program = Device[device].load(spec.name, spec.src, compiled.get((device, spec.src)))
+        made[key] = _keep(key, CompiledKernel(device, spec, program))
+    return made
+
+
+def _specs_and_binaries(todo: dict[tuple, tuple[str, UOp]]) -> tuple[dict, dict[tuple[str, str], bytes]]:
+    """Each kernel's spec, made in order, and the binary of each source not loaded yet, compiled once each in a pool
+    of threads as soon as its spec is made (so the compilers run while the next kernels are lowered)."""
+    specs, pending = {}, {}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for key, (device, ast) in todo.items():
+            specs[key] = (device, spec := _cached_spec(key, device, ast))
+            if (device, spec.src) not in pending and spec.src not in Device[device].programs:
+                pending[(device, spec.src)] = pool.submit(Device[device].compiler.compile_cached, spec.src)
+        return specs, {found: future.result() for found, future in pending.items()}
 
 
 def _kernel_key(device: str, ast: UOp) -> tuple:
     # the flags choose the optimizations (TF32: whether a float32 product may run as TF32), so each gets its own program
     return (device, ast, NOOPT.value, BEAM.value, TF32.value)
+
+
+def _cached_spec(key: tuple, device: str, ast: UOp) -> ProgramSpec:
+    """The kernel's spec from the program cache on disk, else made by codegen (and kept there)."""
+    flags = key[2:]
+    if (spec := program_cache.load_spec(device, ast, flags)) is None:
+        spec = _program_spec(device, ast)
+        program_cache.store_spec(device, ast, flags, spec)
+    elif DEBUG >= 3:
+        print(f"optimizations: {list(spec.opts) or 'none'} (from the program cache)")
+        print(spec.src)
+    return spec
 
 
 def _program_spec(device: str, ast: UOp) -> ProgramSpec:

@@ -64,7 +64,7 @@ class AutogradMixin:
         if value and self._is_leaf and not _owns_its_node(self.uop):
             # gradients find a tensor by its node: an interned one (the constant 2.0, a view of another tensor) would
             # collect the gradient of every other use of that node, so the leaf gets a node of its own
-            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique()))
+            self._set_uop(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop, fresh_unique())))
         self._requires_grad = value
 
     def _autograd_root(self: Tensor) -> UOp:

@@ -383,6 +383,7 @@ class IndexMixin:
             if not whole:  # a view of another tensor's buffer: write now, so that the other tensor reads it
                 self.realize()
             return
-        self.uop, self._autograd_uop = new.uop, None
+        self._set_uop(new.uop)  # through _set_uop: every change of a tensor's node is tracked (engine/lazy.py)
+        self._autograd_uop = None
         if grad:
             self._requires_grad, self._is_leaf = True, False

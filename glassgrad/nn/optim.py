@@ -4,9 +4,13 @@ can capture it; the learning rate and step count live in tensors for the same re
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.tensor import Tensor
+
+if TYPE_CHECKING:
+    from glassgrad.uop.ops import UOp
 
 
 class Optimizer:
@@ -150,19 +154,32 @@ class LAMB(Optimizer):
         super().__init__(params, lr)
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
         self.m, self.v = self._zeros_like_params(), self._zeros_like_params()
+        self._corrections: tuple[UOp, Tensor, Tensor] | None = None  # the step count's node, and this step's
 
     def state(self) -> list[Tensor]:
         return super().state() + self.m + self.v
+
+    def schedule_step(self) -> list[Tensor]:
+        try:
+            return super().schedule_step()
+        finally:  # dropped: kept, they would be lazy readers of the step count that the next step overwrites
+            self._corrections = None
+
+    def _bias_corrections(self) -> tuple[Tensor, Tensor]:
+        """1 - b1^t and 1 - b2^t for this step's t, built once a step (a power's graph is large) for every parameter."""
+        if self._corrections is None or self._corrections[0] is not self.step_count.uop:
+            t = self.step_count.cast(dtypes.float32)
+            first, second = 1 - Tensor.full_like(t, self.b1).pow(t), 1 - Tensor.full_like(t, self.b2).pow(t)
+            self._corrections = (self.step_count.uop, first, second)
+        return self._corrections[1:]
 
     def _adam_direction(self, i: int, g: Tensor) -> Tensor:
         """The bias-corrected Adam step direction m_hat / (sqrt(v_hat) + eps)."""
         m, v = self.m[i], self.v[i]
         m.assign(self.b1 * m + (1 - self.b1) * g)
         v.assign(self.b2 * v + (1 - self.b2) * g * g)
-        t = self.step_count.cast(dtypes.float32)
-        m_hat = m / (1 - Tensor.full_like(t, self.b1).pow(t))
-        v_hat = v / (1 - Tensor.full_like(t, self.b2).pow(t))
-        return m_hat / (v_hat.sqrt() + self.eps)
+        first, second = self._bias_corrections()
+        return (m / first) / ((v / second).sqrt() + self.eps)
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
         update = self._adam_direction(i, g) + self.weight_decay * p

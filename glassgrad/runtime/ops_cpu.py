@@ -158,7 +158,7 @@ THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't rep
 
 class CPUProgram(Program):
     """A kernel in a shared library, loaded with ctypes (which releases the GIL while it runs). A kernel with an outer
-    loop runs it on THREADS threads (runtime/cpu_threads.py) once one run on a single core took
+    loop runs it on THREADS threads (runtime/cpu_threads.py) once two runs in a row on a single core took
     THREADING_THRESHOLD_S or more, and goes back to one core when a threaded run takes under a quarter of that."""
 
     threads: CThreads | None = None  # the pool, shared by every kernel, compiled when a kernel first needs it
@@ -173,22 +173,28 @@ class CPUProgram(Program):
         self.fn.restype = None
         range_fn = getattr(self.lib, f"{name}_range", None)  # kernels with an outer loop have one
         self.range_fn = ctypes.cast(range_fn, ctypes.c_void_p).value if range_fn is not None else None
-        self.single_thread_seconds = 0.0  # until a run says otherwise, a kernel is too small to be worth threads
+        self.single_thread_seconds = 0.0  # until runs say otherwise, a kernel is too small to be worth threads
+        self._last_single_run = 0.0  # seconds its last run on one core took (0: none yet)
         self._last_bufs: tuple = ()
         self._last_pointers: ctypes.Array | None = None
 
     def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
         start = time.perf_counter()
+        if self.fn.argtypes is None:  # declared once: ctypes then converts plain ints, twice as fast as c_void_p(...)
+            self.fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_longlong] * (2 * (global_size is not None))
         if global_size is None:  # no loop to split: the kernel takes only its buffers
-            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs))
+            self.fn(*[b[1] for b in bufs])
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*(ctypes.c_void_p(b[1]) for b in bufs), ctypes.c_longlong(0), ctypes.c_longlong(global_size[0]))
-            self.single_thread_seconds = time.perf_counter() - start
+            self.fn(*[b[1] for b in bufs], 0, global_size[0])
+            # the faster of its last two runs on one core decides: a first run is slow for reasons of its own (cold
+            # caches, fresh pages), and a tiny kernel sent to the pool by it would pay the threads' wake-up each run
+            seconds = time.perf_counter() - start
+            self.single_thread_seconds, self._last_single_run = min(seconds, self._last_single_run), seconds
         else:
             if CPUProgram.threads is None:
                 CPUProgram.threads = CThreads(CCompiler())
             CPUProgram.threads.run(self.range_fn, self._pointers(bufs), global_size[0], THREADS)
-            if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its one slow run was a cold start (caches,
+            if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its slow runs were cold starts (caches,
                 self.single_thread_seconds = 0.0  # page faults): next time it runs on one core and is timed again
         return time.perf_counter() - start if wait else None
 
