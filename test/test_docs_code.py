@@ -179,6 +179,8 @@ def run_console(name: str, block: Block) -> None:
         python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         python.chmod(0o755)
         env.update(PYTHONPATH=str(REPO), NO_COLOR="1", PATH=bin_dir + os.pathsep + env.get("PATH", ""))
+        # an empty cache, as on a user's first run: a kernel found in the program cache prints that it was
+        env.update(GLASSGRAD_CACHE_DIR=str(pathlib.Path(bin_dir, "cache")))
         for line, command, expected in commands:
             done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
                                   timeout=300)  # fmt: skip
