@@ -1,0 +1,106 @@
+"""One rank of test_distributed.py's jobs, started by glassgrad's launcher: `distributed_worker.py MODE DIR`.
+
+collectives: runs the cases of DIR/cases.json and saves each input and output to DIR/rank<r>.npz;
+errors: makes the mistakes test_distributed.py expects messages for, writing each message to DIR/<case>.<r>.txt;
+ddp: trains DIR/ddp.json's model on this rank's part of the batch, saving the losses and weights.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+import glassgrad.distributed as dist  # noqa: E402
+from glassgrad import Tensor, TinyJit, dtypes  # noqa: E402
+from glassgrad.distributed.group import group  # noqa: E402
+
+
+def values(seed: int, shape: list[int], dtype: str) -> np.ndarray:
+    """Random values each dtype holds exactly (bfloat16: small multiples of 1/4), so sums are exact for all."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in ("uint8", "int8"):
+        return rng.integers(0, 8, shape).astype(dtype)
+    if dtype in ("float16", "float32", "float64", "bfloat16"):
+        return (rng.integers(-32, 32, shape) / 4).astype("float32" if dtype == "bfloat16" else dtype)
+    return rng.integers(-1000, 1000, shape).astype(dtype)
+
+
+def run_case(case: dict, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    kind, shape, dtype = case["kind"], case["shape"], getattr(dtypes, case["dtype"])
+    x = values(case["seed"] * 100 + rank, shape, case["dtype"])
+    t = Tensor(x, dtype=dtype)
+    if kind == "all_reduce":
+        dist.all_reduce(t, op=case["op"])
+        out = t
+    elif kind == "broadcast":
+        dist.broadcast(t, src=case["src"])
+        out = t
+    elif kind == "all_gather":
+        parts = [Tensor.empty(*shape, dtype=dtype) for _ in range(world)]
+        dist.all_gather(parts, t)
+        out = Tensor.stack(*parts)
+    else:  # reduce_scatter: shape's first axis splits over the ranks
+        out = Tensor.empty(shape[0] // world, *shape[1:], dtype=dtype)
+        dist.reduce_scatter_tensor(out, t, op=case["op"])
+    return x, out.numpy()
+
+
+def collectives(folder: pathlib.Path) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cases = json.loads((folder / "cases.json").read_text())
+    saved = {}
+    for i, case in enumerate(cases):
+        saved[f"in{i}"], saved[f"out{i}"] = run_case(case, rank, world)
+    # a TinyJit step with an all_reduce in it: the replays (steps 3 and 4) run the collective again
+    step = TinyJit(lambda x: _reduced(x * 2))
+    for n in range(4):
+        saved[f"jit{n}"] = step(Tensor([float(rank + n), 1.0, -2.0]).realize()).numpy()
+    np.savez(folder / f"rank{rank}.npz", **saved)
+
+
+def _reduced(t: Tensor) -> Tensor:
+    t = t.contiguous()
+    dist.all_reduce(t, op="sum")
+    return t + 1
+
+
+def errors(folder: pathlib.Path) -> None:
+    rank = dist.get_rank()
+    cases = {
+        "shapes": lambda: dist.all_reduce(Tensor.ones(2, 3) if rank == 0 else Tensor.ones(3, 2)),
+        "kinds": lambda: dist.all_reduce(Tensor.ones(4)) if rank == 0 else dist.broadcast(Tensor.ones(4), src=0),
+        "avg_ints": lambda: dist.all_reduce(Tensor([1, 2]), op="avg"),
+        "gather_size": lambda: dist.all_gather_into_tensor(Tensor.empty(5), Tensor.ones(2)),
+    }
+    for name, mistake in cases.items():
+        try:
+            mistake()
+            message = "no error"
+        except (RuntimeError, TypeError, ValueError) as e:
+            message = f"{type(e).__name__}: {e}"
+        (folder / f"{name}.{rank}.txt").write_text(message)
+    if rank == 1:  # rank 1 never calls: rank 0's collective times out, naming it
+        time.sleep(4)
+        return
+    group().timeout = 2.0
+    try:
+        dist.all_reduce(Tensor.ones(3))
+        message = "no error"
+    except dist.DistStoreError as e:
+        message = f"{type(e).__name__}: {e}"
+    (folder / "timeout.0.txt").write_text(message)
+
+
+if __name__ == "__main__":
+    mode, where = sys.argv[1], pathlib.Path(sys.argv[2])
+    dist.init_process_group(backend="cpu", timeout=120.0)
+    {"collectives": collectives, "errors": errors}[mode](where)
+    dist.destroy_process_group()
