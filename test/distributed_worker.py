@@ -1,4 +1,5 @@
-"""One rank of test_distributed.py's jobs, started by glassgrad's launcher: `distributed_worker.py MODE DIR`.
+"""One rank of test_distributed.py's jobs, started by glassgrad's launcher: `distributed_worker.py MODE DIR`
+(TEST_BACKEND=nccl: on the GPUs, for test_distributed_gpu.py).
 
 collectives: runs the cases of DIR/cases.json and saves each input and output to DIR/rank<r>.npz;
 errors: makes the mistakes test_distributed.py expects messages for, writing each message to DIR/<case>.<r>.txt;
@@ -8,6 +9,7 @@ ddp: trains DIR/ddp.json's model on this rank's part of the batch, saving the lo
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import time
@@ -101,6 +103,6 @@ def errors(folder: pathlib.Path) -> None:
 
 if __name__ == "__main__":
     mode, where = sys.argv[1], pathlib.Path(sys.argv[2])
-    dist.init_process_group(backend="cpu", timeout=120.0)
+    dist.init_process_group(backend=os.environ.get("TEST_BACKEND", "cpu"), timeout=120.0)
     {"collectives": collectives, "errors": errors}[mode](where)
     dist.destroy_process_group()

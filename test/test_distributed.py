@@ -27,11 +27,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(*args: str, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run `args` under glassgrad's launcher with `nproc` processes on a free port."""
+def launch(*args: str, nproc: int = 2, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """Run `args` under glassgrad's launcher with `nproc` processes on a free port (and `env` in their environment)."""
     command = [sys.executable, "-m", "glassgrad.distributed.run", "--nproc-per-node", str(nproc),
                "--master-port", str(free_port()), *args]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

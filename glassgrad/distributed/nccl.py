@@ -86,7 +86,7 @@ def new_unique_id() -> bytes:
     """A fresh ncclUniqueId, as the bytes every rank passes to Communicator."""
     uid = UniqueId()
     _check(libnccl().ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-    return bytes(uid.internal)
+    return bytes(uid)  # all 128 bytes (the field itself would stop at the first zero byte)
 
 
 def nccl_dtype(dtype: DType, what: str) -> int:
@@ -104,8 +104,7 @@ class Communicator:
     def __init__(self, device: CudaDevice, unique_id: bytes, world_size: int, rank: int):
         self.device = device
         self.comm = ctypes.c_void_p()
-        uid = UniqueId()
-        uid.internal = unique_id
+        uid = UniqueId.from_buffer_copy(unique_id)
         device.activate()  # NCCL works on the current context's device
         _check(libnccl().ncclCommInitRank(ctypes.byref(self.comm), world_size, uid, rank), "ncclCommInitRank")
 
