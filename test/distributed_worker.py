@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import glassgrad.distributed as dist  # noqa: E402
-from glassgrad import Tensor, TinyJit, dtypes  # noqa: E402
+from glassgrad import Tensor, TinyJit, dtypes, nn  # noqa: E402
 from glassgrad.distributed.group import group  # noqa: E402
 
 
@@ -74,6 +74,49 @@ def _reduced(t: Tensor) -> Tensor:
     return t + 1
 
 
+class MLP:
+    """The model test_distributed.py trains on 2 ranks and on one process: Linear, ReLU, Linear (seeded)."""
+
+    def __init__(self, unused: bool = False):
+        Tensor.manual_seed(7)
+        self.l1, self.l2 = nn.Linear(5, 8), nn.Linear(8, 3)
+        if unused:
+            self.unused = nn.Linear(2, 2)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.l2(self.l1(x).relu())
+
+
+def batch() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    return rng.standard_normal((8, 5)).astype(np.float32), rng.integers(0, 3, 8).astype(np.int32)
+
+
+def train(model, steps: int, x: np.ndarray, y: np.ndarray) -> tuple[list[float], object]:
+    """`steps` Adam steps of a TinyJit training step on (x, y) (the third step on are replays)."""
+    optimizer = nn.optim.Adam(nn.state.get_parameters(model), lr=0.05)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            optimizer.step()
+            return loss
+
+    losses = [step(Tensor(x), Tensor(y)).item() for _ in range(steps)]
+    return losses, model
+
+
+def ddp(folder: pathlib.Path) -> None:
+    rank = dist.get_rank()
+    x, y = batch()
+    model = dist.DistributedDataParallel(MLP())
+    losses, _ = train(model, 5, x[rank * 4 : rank * 4 + 4], y[rank * 4 : rank * 4 + 4])
+    weights = {f"w_{k}": v.numpy() for k, v in nn.state.get_state_dict(model).items()}
+    np.savez(folder / f"rank{rank}.npz", losses=np.array(losses), **weights)
+
+
 def errors(folder: pathlib.Path) -> None:
     rank = dist.get_rank()
     cases = {
@@ -81,6 +124,7 @@ def errors(folder: pathlib.Path) -> None:
         "kinds": lambda: dist.all_reduce(Tensor.ones(4)) if rank == 0 else dist.broadcast(Tensor.ones(4), src=0),
         "avg_ints": lambda: dist.all_reduce(Tensor([1, 2]), op="avg"),
         "gather_size": lambda: dist.all_gather_into_tensor(Tensor.empty(5), Tensor.ones(2)),
+        "unused": unused_parameter,
     }
     for name, mistake in cases.items():
         try:
@@ -101,8 +145,14 @@ def errors(folder: pathlib.Path) -> None:
     (folder / "timeout.0.txt").write_text(message)
 
 
+def unused_parameter() -> None:
+    model = dist.DistributedDataParallel(MLP(unused=True))
+    model(Tensor.ones(2, 5)).sum().backward()
+    model(Tensor.ones(2, 5))
+
+
 if __name__ == "__main__":
     mode, where = sys.argv[1], pathlib.Path(sys.argv[2])
     dist.init_process_group(backend=os.environ.get("TEST_BACKEND", "cpu"), timeout=120.0)
-    {"collectives": collectives, "errors": errors}[mode](where)
+    {"collectives": collectives, "errors": errors, "ddp": ddp}[mode](where)
     dist.destroy_process_group()

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import glassgrad.distributed as dist
+from distributed_worker import MLP, batch, train
+from glassgrad import Device, nn
 from glassgrad.distributed import nccl
 from glassgrad.distributed.store import TCPStore
 
@@ -221,7 +223,41 @@ def test_local_mistakes_say_what_is_wrong(error_messages):
     )
 
 
+def test_a_parameter_without_gradient_is_named_at_the_next_forward(error_messages):
+    assert error_messages["unused.0.txt"].startswith(
+        "RuntimeError: DistributedDataParallel: expected to have finished the gradient reduction of the last backward "
+        "before a new forward, but these parameters got no gradient: unused.weight, unused.bias;"
+    )
+
+
 def test_a_rank_that_never_comes_times_out_naming_it(error_messages):
     message = error_messages["timeout.0.txt"]
     assert message.startswith("DistStoreError: glassgrad.distributed: all_reduce (call ")
     assert "timed out after 2 s: rank 1 of 2 did not reach it (this is rank 0)" in message
+
+
+# ---- data-parallel training, two ranks ----
+
+
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ddp")
+    done = launch(str(WORKER), "ddp", str(folder))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
+
+
+def test_two_ranks_train_as_one_process_on_the_combined_batch(ddp_results):
+    """Each rank's half-batch loss, averaged, is the one-process loss on the whole batch, step after step (TinyJit
+    replays from the third), and both ranks end with the one process's weights."""
+    old, Device.DEFAULT = Device.DEFAULT, "CPU"
+    try:
+        losses, model = train(MLP(), 5, *batch())
+        weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
+    finally:
+        Device.DEFAULT = old
+    np.testing.assert_allclose((ddp_results[0]["losses"] + ddp_results[1]["losses"]) / 2, losses, rtol=1e-5, atol=1e-6)
+    assert losses[-1] < losses[0] - 0.1  # it learned: the steps did something
+    for rank, results in enumerate(ddp_results):
+        for name, w in weights.items():
+            np.testing.assert_allclose(results[f"w_module.{name}"], w, rtol=1e-4, atol=1e-5, err_msg=f"rank {rank}")

@@ -14,6 +14,7 @@ from glassgrad.distributed.collectives import (
     reduce_scatter,
     reduce_scatter_tensor,
 )
+from glassgrad.distributed.ddp import DistributedDataParallel
 from glassgrad.distributed.group import (
     barrier,
     destroy_process_group,
@@ -30,6 +31,7 @@ __all__ = [
     "DistError",
     "DistNetworkError",
     "DistStoreError",
+    "DistributedDataParallel",
     "ReduceOp",
     "TCPStore",
     "all_gather",
