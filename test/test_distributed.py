@@ -247,17 +247,32 @@ def ddp_results(tmp_path_factory):
     return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
 
 
-def test_two_ranks_train_as_one_process_on_the_combined_batch(ddp_results):
-    """Each rank's half-batch loss, averaged, is the one-process loss on the whole batch, step after step (TinyJit
-    replays from the third), and both ranks end with the one process's weights."""
-    old, Device.DEFAULT = Device.DEFAULT, "CPU"
+def check_ddp_matches_one_process(results: list[dict], device: str) -> None:
+    """Each rank's half-batch loss, averaged, is the one-process loss on the whole batch (on `device`), step after
+    step (TinyJit replays from the third), and both ranks end with the one process's weights."""
+    old, Device.DEFAULT = Device.DEFAULT, device
     try:
         losses, model = train(MLP(), 5, *batch())
         weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
     finally:
         Device.DEFAULT = old
-    np.testing.assert_allclose((ddp_results[0]["losses"] + ddp_results[1]["losses"]) / 2, losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose((results[0]["losses"] + results[1]["losses"]) / 2, losses, rtol=1e-5, atol=1e-6)
     assert losses[-1] < losses[0] - 0.1  # it learned: the steps did something
-    for rank, results in enumerate(ddp_results):
+    for rank, found in enumerate(results):
         for name, w in weights.items():
-            np.testing.assert_allclose(results[f"w_module.{name}"], w, rtol=1e-4, atol=1e-5, err_msg=f"rank {rank}")
+            np.testing.assert_allclose(found[f"w_module.{name}"], w, rtol=1e-4, atol=1e-5, err_msg=f"rank {rank}")
+
+
+def test_two_ranks_train_as_one_process_on_the_combined_batch(ddp_results):
+    check_ddp_matches_one_process(ddp_results, "CPU")
+
+
+@pytest.mark.slow
+def test_beautiful_mnist_trains_on_two_processes():
+    """GPUS=2 starts two processes through the launcher; a few steps of DistributedDataParallel lower the loss."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUS": "2", "STEPS": "4", "BS": "32", "EVAL_EVERY": "100"}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "beautiful_mnist.py")], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    losses = [float(line.split("loss")[1].split()[0]) for line in done.stdout.splitlines() if "(2 processes)" in line]
+    assert len(losses) == 4 and losses[-1] < losses[0], done.stdout

@@ -10,7 +10,7 @@ import pytest
 
 from glassgrad.distributed import DistBackendError, nccl
 from helpers import CUDA_MISSING
-from test_distributed import WORKER, cases, expected, launch
+from test_distributed import WORKER, cases, check_ddp_matches_one_process, expected, launch
 
 
 def _why_not() -> str | None:
@@ -52,3 +52,9 @@ def test_tinyjit_replays_the_nccl_all_reduce(nccl_results):
         for n in range(4):
             want = np.array([(0 + n) * 2 + (1 + n) * 2, 4, -8], np.float32) + 1
             np.testing.assert_array_equal(results[f"jit{n}"], want, err_msg=f"rank {rank} step {n}")
+
+
+def test_two_gpus_train_as_one_gpu_on_the_combined_batch(tmp_path):
+    done = launch(str(WORKER), "ddp", str(tmp_path), TEST_BACKEND="nccl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_ddp_matches_one_process([dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)], "CUDA")
