@@ -12,7 +12,6 @@ gradients over the processes (through NCCL on GPUs; without CUDA=1 the processes
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import glassgrad.distributed as dist  # noqa: E402
 from glassgrad import GlobalCounters, Tensor, TinyJit, getenv, nn  # noqa: E402
+from glassgrad.distributed.run import relaunch  # noqa: E402
 from glassgrad.nn.datasets import mnist  # noqa: E402
 
 
@@ -51,17 +51,6 @@ def progress(step: int, total: int, text: str, started: float) -> None:
     bar = "#" * done + "-" * (width - done)
     end = "\n" if step == total or not sys.stdout.isatty() else ""
     print(f"\r[{bar}] {step:4d}/{total} {time.perf_counter() - started:6.1f}s {text}", end=end, flush=True)
-
-
-def launch_processes(count: int) -> None:
-    """Run this script again as `count` processes under glassgrad's launcher, and exit with its exit code."""
-    with socket.socket() as s:  # a free port for the processes' store
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    launcher = ["-m", "glassgrad.distributed.run", "--nproc-per-node", str(count), "--master-port", str(port)]
-    os.execv(sys.executable, [sys.executable, *launcher, os.path.abspath(__file__), *sys.argv[1:]])
 
 
 def main() -> float:
@@ -107,7 +96,7 @@ def main() -> float:
 
 if __name__ == "__main__":
     if getenv("GPUS", 1) > 1 and "RANK" not in os.environ:
-        launch_processes(getenv("GPUS", 1))
+        relaunch(getenv("GPUS", 1))
     final = main()
     if (target := getenv("TARGET_ACCURACY", 0.0)) and final < target:
         raise SystemExit(f"test accuracy {final:.2f}% is below the target {target}%")

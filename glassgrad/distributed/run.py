@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from typing import NoReturn
 
 from glassgrad.distributed.store import StoreServer
 
@@ -119,6 +121,19 @@ def _watch(args: argparse.Namespace, children: list[subprocess.Popen]) -> int:
         if all(code == 0 for code in codes):
             return 0
         time.sleep(0.05)
+
+
+def relaunch(nproc: int) -> NoReturn:
+    """Run this script again as `nproc` processes under the launcher (on a free port) in place of this process: a
+    script's `GPUS=N` (examples/beautiful_mnist.py)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where glassgrad is
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    script = os.path.abspath(sys.argv[0])
+    flags = ["--nproc-per-node", str(nproc), "--master-port", str(port)]
+    os.execv(sys.executable, [sys.executable, "-m", "glassgrad.distributed.run", *flags, script, *sys.argv[1:]])
 
 
 def main(argv: list[str] | None = None) -> int:
