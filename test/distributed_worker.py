@@ -114,7 +114,25 @@ def ddp(folder: pathlib.Path) -> None:
     model = dist.DistributedDataParallel(MLP())
     losses, _ = train(model, 5, x[rank * 4 : rank * 4 + 4], y[rank * 4 : rank * 4 + 4])
     weights = {f"w_{k}": v.numpy() for k, v in nn.state.get_state_dict(model).items()}
-    np.savez(folder / f"rank{rank}.npz", losses=np.array(losses), **weights)
+    grads = {f"g_{k}": g.numpy() for k, g in accumulated_gradients(model, x, y, rank).items()}
+    np.savez(folder / f"rank{rank}.npz", losses=np.array(losses), **weights, **grads)
+
+
+def accumulated_gradients(model, x: np.ndarray, y: np.ndarray, rank: int | None) -> dict[str, Tensor]:
+    """Two backward passes, on rows 0-1 and 2-3 of this rank's four (under DDP's no_sync for the first), or on the
+    same rows of both ranks together (rank None): the gradients they leave."""
+    for p in nn.state.get_parameters(model):
+        p.grad = None
+    ranks = [rank] if rank is not None else [0, 1]
+    for half in (0, 1):
+        rows = [r * 4 + half * 2 + i for r in ranks for i in (0, 1)]
+        loss = model(Tensor(x[rows])).sparse_categorical_crossentropy(Tensor(y[rows]))
+        if half == 0 and rank is not None:
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+    return {k: t.grad for k, t in nn.state.get_state_dict(model).items()}
 
 
 def errors(folder: pathlib.Path) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import glassgrad.distributed as dist
-from distributed_worker import MLP, batch, train
+from distributed_worker import MLP, accumulated_gradients, batch, train
 from glassgrad import Device, nn
 from glassgrad.distributed import nccl
 from glassgrad.distributed.store import TCPStore
@@ -261,6 +261,15 @@ def check_ddp_matches_one_process(results: list[dict], device: str) -> None:
     for rank, found in enumerate(results):
         for name, w in weights.items():
             np.testing.assert_allclose(found[f"w_module.{name}"], w, rtol=1e-4, atol=1e-5, err_msg=f"rank {rank}")
+    # then a backward under no_sync() and one after: the sum of both, averaged over the ranks, as one process's two
+    old, Device.DEFAULT = Device.DEFAULT, device
+    try:
+        grads = {k: g.numpy() for k, g in accumulated_gradients(model, *batch(), None).items()}
+    finally:
+        Device.DEFAULT = old
+    for rank, found in enumerate(results):
+        for name, g in grads.items():
+            np.testing.assert_allclose(found[f"g_module.{name}"], g, rtol=1e-3, atol=1e-5, err_msg=f"rank {rank}")
 
 
 def test_two_ranks_train_as_one_process_on_the_combined_batch(ddp_results):
