@@ -17,6 +17,7 @@ from typing import Any
 
 from glassgrad.distributed.store import DistError, DistNetworkError, DistStoreError, TCPStore
 from glassgrad.runtime.device import Device
+from glassgrad.runtime.ops_cuda import init_driver
 
 DEFAULT_TIMEOUT = 1800.0  # seconds, torch.distributed's default
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -59,6 +60,8 @@ class ProcessGroup:
 
 _group: ProcessGroup | None = None
 _failing = False  # an exception ended the program: leave at exit without waiting for the other ranks
+_exit_hooks: list = []  # registered once per process
+EXIT_WAIT = 60.0  # seconds rank 0, serving the store, waits at exit for the others to read its last messages
 
 
 def init_process_group(backend: str | None = None, timeout: float | timedelta | None = None) -> None:
@@ -74,14 +77,20 @@ def init_process_group(backend: str | None = None, timeout: float | timedelta | 
     chosen = _backend(backend)
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or DEFAULT_TIMEOUT)
     if chosen == "nccl":
-        Device.DEFAULT = f"CUDA:{local_rank}"
+        Device.DEFAULT = _gpu_of(local_rank)
         Device[Device.DEFAULT]  # a process whose GPU does not exist fails here, naming it
     served = os.environ.get("GLASSGRAD_STORE_SERVED") == "1"
     store = TCPStore(env["MASTER_ADDR"], store_port(), is_master=rank == 0 and not served, timeout=seconds)
     _group = ProcessGroup(rank, world_size, local_rank, store, chosen, seconds)
-    atexit.register(_leave_at_exit)
-    sys.excepthook = _noting_failure(sys.excepthook)
+    if not _exit_hooks:
+        _exit_hooks.append(atexit.register(_leave_at_exit))
+        sys.excepthook = _noting_failure(sys.excepthook)
     barrier()  # every rank is here: a rank that can't connect fails now, not in its first collective
+
+
+def _gpu_of(local_rank: int) -> str:
+    """CUDA:LOCAL_RANK; CUDA where the process sees one GPU only (a scheduler that gives each its own)."""
+    return "CUDA" if init_driver() == 1 else f"CUDA:{local_rank}"
 
 
 def store_port() -> int:
@@ -158,7 +167,7 @@ def destroy_process_group() -> None:
         if g.store.add("left", 1) == g.world_size:
             g.store.set("all left", b"")
         if g.store.server is not None and not _failing:  # the others may still read this rank's last messages
-            g.store.get("all left", g.timeout)
+            g.store.get("all left", min(g.timeout, EXIT_WAIT))
     except DistError:  # a rank that failed (the launcher stops the rest), or a store gone with a served launcher
         pass
     finally:

@@ -87,7 +87,7 @@ def _stop(children: list[subprocess.Popen]) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     """Run the processes until all succeed (0) or one fails (its exit code; 128 + the signal that killed it)."""
-    store = StoreServer("", args.master_port) if args.node_rank == 0 else None
+    store = StoreServer(args.master_addr, args.master_port) if args.node_rank == 0 else None
     command = [sys.executable, *(["-m"] if args.module else []), args.script, *args.args]
     children: list[subprocess.Popen] = []
 

@@ -70,9 +70,10 @@ class StoreServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, host: str, port: int):
+        """Serve on `port` of every interface, or of the loopback one alone where `host` (MASTER_ADDR) is local."""
         self.data: dict[str, bytes] = {}
         self.changed = threading.Condition()
-        super().__init__((host, port), _Handler)
+        super().__init__(("127.0.0.1" if _is_loopback(host) else "", port), _Handler)
         self.thread = threading.Thread(target=self.serve_forever, name="glassgrad-store", daemon=True)
         self.thread.start()
 
@@ -115,7 +116,7 @@ class TCPStore:
         self.server: StoreServer | None = None
         if is_master:
             try:
-                self.server = StoreServer("127.0.0.1" if _is_loopback(host) else "", port)
+                self.server = StoreServer(host, port)
             except OSError as e:
                 raise DistNetworkError(f"glassgrad.distributed: cannot start the store on port {port} of this host "
                                        f"({e.strerror or e}); choose another MASTER_PORT") from None  # fmt: skip
