@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -125,6 +127,37 @@ def test_the_launcher_sets_torchruns_variables(tmp_path):
     done = launch(str(script), nproc=3, timeout=60)
     assert done.returncode == 0, done.stderr
     assert [(tmp_path / str(r)).read_text() for r in range(3)] == [f"{r} 3 {r} 3 127.0.0.1" for r in range(3)]
+
+
+def test_the_launcher_forwards_sigterm_and_names_the_rank(tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text(f"import pathlib, os, time\npathlib.Path({str(tmp_path)!r}, os.environ['RANK']).touch()\n"
+                      "time.sleep(60)\n")  # fmt: skip
+    command = [sys.executable, "-m", "glassgrad.distributed.run", "--nproc-per-node", "2", "--master-port",
+               str(free_port()), str(script)]  # fmt: skip
+    launcher = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / str(r)).exists() for r in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGTERM)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM
+    assert "was killed by SIGTERM; stopping the others" in stderr
+
+
+def test_without_the_launcher_rank_0_serves_the_store():
+    """As torchrun's workers or a scheduler's tasks start: each process with the variables, rank 0 serving."""
+    port, processes = str(free_port()), []
+    for rank in range(2):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}  # fmt: skip
+        env.pop("GLASSGRAD_STORE_SERVED", None)
+        processes.append(subprocess.Popen([sys.executable, "examples/all_reduce.py"], cwd=ROOT, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    assert outputs[0][0] == "2 ranks, all_reduce: [3.0, 3.0, 3.0, 3.0]\n"
 
 
 # ---- the collectives, two ranks ----
