@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import glassgrad.distributed as dist  # noqa: E402
 from glassgrad import Device, Tensor  # noqa: E402
+from glassgrad.distributed import nccl  # noqa: E402
 from glassgrad.distributed.group import store_port  # noqa: E402
 
 MIB, ITERS, WARMUP = (int(os.environ.get(k, d)) for k, d in (("MIB", 1024), ("ITERS", 20), ("WARMUP", 5)))
@@ -84,7 +85,8 @@ def main() -> None:
     theirs = torch_side(count, world)
     if rank == 0:
         gpu = Device[Device.DEFAULT].gpu_name  # type: ignore[attr-defined]
-        print(f"all_reduce of {MIB} MiB float32 (sum) across {world} x {gpu}, mean of {ITERS} after {WARMUP}")
+        print(f"all_reduce of {MIB} MiB float32 (sum) across {world} x {gpu}, NCCL {nccl.version()}, mean of {ITERS} "
+              f"after {WARMUP}")  # fmt: skip
         print(
             f"  glassgrad (NCCL by ctypes):  {ours * 1e3:8.3f} ms  {bus_bandwidth(ours, nbytes, world):7.1f} GB/s bus"
         )
