@@ -2,6 +2,11 @@
 
 python examples/beautiful_mnist.py            # CPU; CUDA=1 or PYTHON=1 choose another device
 STEPS=100 BS=512 python examples/beautiful_mnist.py
+CUDA=1 GPUS=2 python examples/beautiful_mnist.py    # data-parallel: one process a GPU, BS images each per step
+
+GPUS=N starts N processes through glassgrad's launcher (python -m glassgrad.distributed.run; run under it, or under
+torchrun, the script joins that job instead); the model is wrapped in DistributedDataParallel, which averages the
+gradients over the processes (through NCCL on GPUs; without CUDA=1 the processes train on the CPU).
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import glassgrad.distributed as dist  # noqa: E402
 from glassgrad import GlobalCounters, Tensor, TinyJit, getenv, nn  # noqa: E402
+from glassgrad.distributed.run import relaunch  # noqa: E402
 from glassgrad.nn.datasets import mnist  # noqa: E402
 
 
@@ -63,11 +70,15 @@ def adam_train_step(model: Model, X_train: Tensor, Y_train: Tensor) -> TinyJit:
 
 
 def main() -> float:
-    Tensor.manual_seed(getenv("SEED", 42))
+    parallel = "RANK" in os.environ  # one of several processes (GPUS=N, the launcher or torchrun)
+    if parallel:
+        dist.init_process_group()  # NCCL on CUDA:LOCAL_RANK where the default device is CUDA
+    rank = dist.get_rank() if parallel else 0
+    Tensor.manual_seed(getenv("SEED", 42) + rank)  # each process its own samples; DDP gives all rank 0's weights
     X_train, Y_train, X_test, Y_test = mnist()
     X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
     Tensor.realize(X_train, X_test)
-    model = Model()
+    model = dist.DistributedDataParallel(Model()) if parallel else Model()
     train_step = adam_train_step(model, X_train, Y_train)
     batch_size, steps = getenv("BS", 512), getenv("STEPS", 100)  # 100 steps of 512: about 98% on the test set
 
@@ -83,11 +94,17 @@ def main() -> float:
         loss = train_step(samples.contiguous().realize())
         if step % getenv("EVAL_EVERY", 35) == 0 or step == steps:  # the full 10,000 test images
             accuracy = test_accuracy().item()
-        progress(step, steps, f"loss {loss.item():6.3f}  test accuracy {accuracy:5.2f}%", started)
+        text = f"loss {loss.item():6.3f}  test accuracy {accuracy:5.2f}%"
+        if rank == 0:
+            progress(step, steps, text + (f"  ({dist.get_world_size()} processes)" if parallel else ""), started)
+    if parallel:
+        dist.destroy_process_group()
     return accuracy
 
 
 if __name__ == "__main__":
+    if getenv("GPUS", 1) > 1 and "RANK" not in os.environ:
+        relaunch(getenv("GPUS", 1))
     final = main()
     if (target := getenv("TARGET_ACCURACY", 0.0)) and final < target:
         raise SystemExit(f"test accuracy {final:.2f}% is below the target {target}%")

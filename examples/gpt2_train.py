@@ -3,10 +3,14 @@
 python examples/gpt2_train.py                          # the project's own docs as text; 4 layers, 256 wide, 300 steps
 TEXT=book.txt STEPS=2000 python examples/gpt2_train.py
 LAYERS=12 WIDTH=768 HEADS=12 CTX=256 BATCH=8 DTYPE=bfloat16 python examples/gpt2_train.py   # GPT-2 small's width
+CUDA=1 GPUS=2 BATCH=8 python examples/gpt2_train.py    # data-parallel: BATCH windows a GPU, one process each
 
 The tokens are the text's bytes (vocabulary 256), so any file trains and nothing is downloaded. The last tenth of the
 text is held out: its loss is printed at the end, beside a sample the model writes after the text's first bytes.
 DTYPE=bfloat16 or float16 casts the model (weights, activations and AdamW's state); the loss is taken in float32.
+GPUS=N runs N processes through glassgrad's launcher, the model in DistributedDataParallel: every process draws the
+same N * BATCH windows a step and trains on its BATCH of them, so the losses printed (averaged over the processes)
+are those of one process with BATCH=N*BATCH, and tokens/s counts all of them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import glassgrad.distributed as dist  # noqa: E402
 from glassgrad import Tensor, TinyJit, autocast, dtypes, getenv, nn  # noqa: E402
+from glassgrad.distributed.run import relaunch  # noqa: E402
 from glassgrad.dtype import DType  # noqa: E402
 from glassgrad.models.gpt2 import GPT2, Generator, GPT2Config  # noqa: E402
 
@@ -37,18 +43,20 @@ def read_text() -> bytes:
     return b"\n\n".join(p.read_bytes() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
-def batches(data: np.ndarray, batch: int, length: int, rng: np.random.Generator):
-    """Endless (inputs, next tokens) pairs of `batch` random windows of `length` + 1 bytes."""
+def batches(data: np.ndarray, batch: int, length: int, rng: np.random.Generator, part: slice = slice(None)):
+    """Endless (inputs, next tokens) pairs of `batch` random windows of `length` + 1 bytes (`part` of them)."""
     while True:
         starts = rng.integers(0, len(data) - length - 1, batch)
-        windows = np.stack([data[s : s + length + 1] for s in starts]).astype(np.int32)
+        windows = np.stack([data[s : s + length + 1] for s in starts[part]]).astype(np.int32)
         yield Tensor(windows[:, :-1]), Tensor(windows[:, 1:])
 
 
-def train_step(model: Callable[[Tensor], Tensor], optimizer: nn.optim.Optimizer, mixed: DType | None = None) -> TinyJit:
+def train_step(model: Callable[[Tensor], Tensor], optimizer: nn.optim.Optimizer, mixed: DType | None = None,
+               across_processes: bool = False) -> TinyJit:  # fmt: skip
     """The training step, captured by TinyJit: step(x, y) is the cross-entropy of model(x) (classes last, taken in
     float32) against y, backward, an optimizer step; it returns the loss (bench/model_rows.py times it for every
-    model). `mixed`: a 16-bit dtype runs the forward under autocast (float32 weights, 16-bit products)."""
+    model). `mixed`: a 16-bit dtype runs the forward under autocast (float32 weights, 16-bit products);
+    `across_processes`: the loss returned is the mean of every process's (data-parallel training)."""
 
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
@@ -56,12 +64,19 @@ def train_step(model: Callable[[Tensor], Tensor], optimizer: nn.optim.Optimizer,
             optimizer.zero_grad()
             loss = model(x).float().sparse_categorical_crossentropy(y).backward()
             optimizer.step()
+            if across_processes:  # the loss of the whole batch: the mean of the processes' losses
+                loss = loss.detach().contiguous()
+                dist.all_reduce(loss, dist.ReduceOp.AVG)
             return loss.realize()
 
     return step
 
 
 def main() -> None:
+    parallel = "RANK" in os.environ  # one of several processes (GPUS=N, the launcher or torchrun)
+    if parallel:
+        dist.init_process_group()  # NCCL on CUDA:LOCAL_RANK where the default device is CUDA
+    rank, world = (dist.get_rank(), dist.get_world_size()) if parallel else (0, 1)
     cfg = GPT2Config(vocab_size=256, n_ctx=getenv("CTX", 128), n_embd=getenv("WIDTH", 256),
                      n_layer=getenv("LAYERS", 4), n_head=getenv("HEADS", 4))  # fmt: skip
     steps, batch, lr = getenv("STEPS", 300), getenv("BATCH", 16), float(os.environ.get("LR", "3e-4"))
@@ -73,11 +88,15 @@ def main() -> None:
     dtypes.default_float = dtype  # the model's tensors are made in it
     model = GPT2(cfg).init_weights(getenv("SEED", 0))
     params = [p for p in nn.state.get_parameters(model) if p.requires_grad is not False]
-    step = train_step(model, nn.optim.AdamW(params, lr=lr))
+    optimizer = nn.optim.AdamW(params, lr=lr)
+    trained = dist.DistributedDataParallel(model) if parallel else model
+    step = train_step(trained, optimizer, across_processes=parallel)
     rng = np.random.default_rng(getenv("SEED", 0))
-    train = batches(data[:held_out], batch, cfg.n_ctx, rng)
-    print(f"GPT-2 shape: {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head} heads, context {cfg.n_ctx}, {dtype}; "
-          f"{held_out:,} bytes to train on, batch {batch}, AdamW lr {lr}")  # fmt: skip
+    train = batches(data[:held_out], batch * world, cfg.n_ctx, rng, slice(rank * batch, (rank + 1) * batch))
+    say = print if rank == 0 else lambda *args, **kwargs: None
+    say(f"GPT-2 shape: {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head} heads, context {cfg.n_ctx}, {dtype}; "
+        f"{held_out:,} bytes to train on, batch {batch}" + (f" x {world} processes" if parallel else "") +
+        f", AdamW lr {lr}")  # fmt: skip
     start, losses = time.perf_counter(), []
     for i in range(1, steps + 1):
         losses.append(step(*next(train)).item())
@@ -86,17 +105,24 @@ def main() -> None:
         elif i > 2:
             timed = i - 2
         if i % max(1, steps // 50) == 0 or i == steps:
-            rate = timed * batch * cfg.n_ctx / max(time.perf_counter() - start, 1e-9) if i > 2 else 0.0
+            rate = timed * batch * world * cfg.n_ctx / max(time.perf_counter() - start, 1e-9) if i > 2 else 0.0
             bar = "#" * (30 * i // steps)
-            print(f"\r[{bar:<30}] step {i}/{steps}  loss {losses[-1]:.3f}  {rate:,.0f} tokens/s", end="", flush=True)
-    print()
+            say(f"\r[{bar:<30}] step {i}/{steps}  loss {losses[-1]:.3f}  {rate:,.0f} tokens/s", end="", flush=True)
+    say()
+    if rank != 0:  # the held-out loss and the sample: rank 0's (every rank has the same weights)
+        dist.destroy_process_group()
+        return
     x, y = next(batches(data[held_out:], batch, cfg.n_ctx, np.random.default_rng(1)))
     held_out_loss = model(x).float().sparse_categorical_crossentropy(y).item()
     print(f"loss: first step {losses[0]:.3f}, last step {losses[-1]:.3f}, held-out text {held_out_loss:.3f}")
     prompt = list(data[:16])
     sample = Generator(model).generate(prompt, min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt)))
     print("sample:", bytes(prompt + sample).decode("utf-8", errors="replace"))
+    if parallel:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    if getenv("GPUS", 1) > 1 and "RANK" not in os.environ:
+        relaunch(getenv("GPUS", 1))
     main()

@@ -56,6 +56,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "backends",
         "backends.*",
         "amp",
+        "distributed",
+        "distributed.*",
     ),
 }
 

@@ -7,6 +7,7 @@ import time
 import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from glassgrad import viz
 from glassgrad.codegen import ProgramSpec, get_program
@@ -167,16 +168,23 @@ class CopyRunner:
         return None
 
 
-class ExecItem:
-    """One step of a run: a compiled kernel or a copy, with the buffers it works on."""
+class Runner(Protocol):
+    """What an ExecItem runs: a kernel, a copy, or a collective (glassgrad/distributed/) on its buffers."""
 
-    def __init__(self, runner: CompiledKernel | CopyRunner, bufs: list[Buffer]):
+    def __call__(self, bufs: list[Buffer], wait: bool) -> float | None: ...
+
+
+class ExecItem:
+    """One step of a run: a compiled kernel, a copy or a collective, with the buffers it works on (it writes the
+    first)."""
+
+    def __init__(self, runner: CompiledKernel | Runner, bufs: list[Buffer]):
         self.runner, self.bufs = runner, bufs
 
     def run(self) -> None:
         """Run on this item's buffers (a TinyJit replay puts its inputs into them first)."""
         seconds = self.runner(self.bufs, wait=DEBUG.value >= 2)  # a buffer is allocated when its handle is read
-        if isinstance(self.runner, CopyRunner):
+        if not isinstance(self.runner, CompiledKernel):  # a copy or a collective: no kernel to count
             return
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += self.runner.spec.ops

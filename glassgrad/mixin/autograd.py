@@ -9,7 +9,7 @@ that graph go unless retain_graph=True, so a second backward() through it raises
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from glassgrad.backward_targets import backward_targets
@@ -31,6 +31,7 @@ class AutogradMixin:
     _autograd_uop: UOp | None  # the graph that built this tensor, kept for backward() after realize
     _graph_freed = False  # backward() ran without retain_graph: realizing this tensor keeps no graph for autograd
     _is_parameter = False  # a layer's weight or bias (backward_targets.parameter): PyTorch's nn.Parameter
+    _grad_hooks: tuple[Callable[[Tensor], object], ...] = ()  # called after backward() fills .grad
 
     @property
     def requires_grad(self: Tensor) -> bool | None:
@@ -101,13 +102,25 @@ class AutogradMixin:
         root = self._autograd_root()
         leaves = backward_targets(self, root, self._names_of)  # PyTorch's rule, or tinygrad 0.14's where nothing asked
         ran: list[UOp] = []
+        filled = []
         for (t, _), g in zip(leaves, self._gradients(root, [found for _, found in leaves], gradient, "backward", ran)):
             if g is not None:
                 t.grad = g if t.grad is None else t.grad + g
+                filled.append(t)
+        for t in filled:  # once every .grad is filled: a hook may read the others' (DistributedDataParallel does)
+            for hook in t._grad_hooks:
+                hook(t)
         # as in PyTorch, a graph whose rules keep no forward values (sums, adds, views) can be walked again
         if not retain_graph and keeps_forward_values(ran):
             self._autograd_uop, self._graph_freed = None, True
         return self
+
+    def register_post_accumulate_grad_hook(self: Tensor, hook: Callable[[Tensor], object]) -> None:
+        """Call hook(self) after each backward() that accumulates into this leaf's .grad (PyTorch's)."""
+        if not self._is_leaf:
+            raise RuntimeError("register_post_accumulate_grad_hook: post accumulate grad hooks cannot be registered on "
+                               "non-leaf tensors")  # fmt: skip
+        self._grad_hooks = (*self._grad_hooks, hook)
 
     def _names_of(self: Tensor, root: UOp, tensors: Sequence[Tensor]) -> list[list[UOp]]:
         """For each tensor, the nodes of the autograd graph `root` that stand for it.

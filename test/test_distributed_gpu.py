@@ -1,0 +1,60 @@
+"""glassgrad.distributed through NCCL on two GPUs: test_distributed.py's collectives and TinyJit replays, run by two
+processes (one a GPU) with backend "nccl". Skips without two GPUs, or without NCCL (the `multigpu` extra)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from glassgrad.distributed import DistBackendError, nccl
+from helpers import CUDA_MISSING
+from test_distributed import WORKER, cases, check_ddp_matches_one_process, expected, launch
+
+
+def _why_not() -> str | None:
+    if CUDA_MISSING is not None:
+        return f"needs 2 GPUs: {CUDA_MISSING}"
+    from glassgrad.runtime.ops_cuda import init_driver
+
+    if init_driver() < 2:
+        return f"needs 2 GPUs; the driver sees {init_driver()}"
+    try:
+        nccl.libnccl()
+    except DistBackendError as e:
+        return str(e)
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+
+
+@pytest.fixture(scope="module")
+def nccl_results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nccl")
+    (folder / "cases.json").write_text(json.dumps(cases()))
+    done = launch(str(WORKER), "collectives", str(folder), TEST_BACKEND="nccl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
+
+
+@pytest.mark.parametrize("i, case", list(enumerate(cases())), ids=lambda c: str(c) if isinstance(c, int) else
+                         f"{c['kind']}-{c['op']}-{c['dtype']}-{c['shape']}")  # fmt: skip
+def test_nccl_collective_matches_numpy(nccl_results, i, case):
+    inputs = [r[f"in{i}"] for r in nccl_results]
+    for rank, results in enumerate(nccl_results):
+        np.testing.assert_array_equal(results[f"out{i}"], expected(case, inputs, rank), err_msg=f"rank {rank}")
+
+
+def test_tinyjit_replays_the_nccl_all_reduce(nccl_results):
+    for rank, results in enumerate(nccl_results):
+        for n in range(4):
+            want = np.array([(0 + n) * 2 + (1 + n) * 2, 4, -8], np.float32) + 1
+            np.testing.assert_array_equal(results[f"jit{n}"], want, err_msg=f"rank {rank} step {n}")
+
+
+def test_two_gpus_train_as_one_gpu_on_the_combined_batch(tmp_path):
+    done = launch(str(WORKER), "ddp", str(tmp_path), TEST_BACKEND="nccl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_ddp_matches_one_process([dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)], "CUDA")
