@@ -198,29 +198,43 @@ def expected(case: dict, inputs: list[np.ndarray], rank: int) -> np.ndarray:
     return total if kind == "all_reduce" else np.split(total, 2)[rank]
 
 
-@pytest.fixture(scope="module")
-def collective_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("collectives")
+def run_collectives(folder: pathlib.Path, **env: str) -> list[dict]:
+    """Each rank's inputs and outputs of cases() and of a TinyJit step with an all_reduce, run by two processes."""
     (folder / "cases.json").write_text(json.dumps(cases()))
-    done = launch(str(WORKER), "collectives", str(folder))
+    done = launch(str(WORKER), "collectives", str(folder), **env)
     assert done.returncode == 0, done.stdout + done.stderr
     return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
 
 
-@pytest.mark.parametrize("i, case", list(enumerate(cases())), ids=lambda c: str(c) if isinstance(c, int) else
-                         f"{c['kind']}-{c['op']}-{c['dtype']}-{c['shape']}")  # fmt: skip
+def check_collective(results: list[dict], i: int, case: dict) -> None:
+    inputs = [r[f"in{i}"] for r in results]
+    for rank, found in enumerate(results):
+        np.testing.assert_array_equal(found[f"out{i}"], expected(case, inputs, rank), err_msg=f"rank {rank}")
+
+
+def check_replays(results: list[dict]) -> None:
+    """Steps 3 and 4 are replays: the all_reduce runs again with the new inputs, between the captured kernels."""
+    for rank, found in enumerate(results):
+        for n in range(4):
+            want = np.array([(0 + n) * 2 + (1 + n) * 2, 4, -8], np.float32) + 1
+            np.testing.assert_array_equal(found[f"jit{n}"], want, err_msg=f"rank {rank} step {n}")
+
+
+CASE_IDS = dict(ids=lambda c: str(c) if isinstance(c, int) else f"{c['kind']}-{c['op']}-{c['dtype']}-{c['shape']}")
+
+
+@pytest.fixture(scope="module")
+def collective_results(tmp_path_factory):
+    return run_collectives(tmp_path_factory.mktemp("collectives"))
+
+
+@pytest.mark.parametrize("i, case", list(enumerate(cases())), **CASE_IDS)
 def test_collective_matches_numpy(collective_results, i, case):
-    inputs = [r[f"in{i}"] for r in collective_results]
-    for rank, results in enumerate(collective_results):
-        np.testing.assert_array_equal(results[f"out{i}"], expected(case, inputs, rank), err_msg=f"rank {rank}")
+    check_collective(collective_results, i, case)
 
 
 def test_tinyjit_replays_the_collective(collective_results):
-    """Steps 3 and 4 are replays: the all_reduce runs again with the new inputs, between the captured kernels."""
-    for rank, results in enumerate(collective_results):
-        for n in range(4):
-            want = np.array([(0 + n) * 2 + (1 + n) * 2, 4, -8], np.float32) + 1
-            np.testing.assert_array_equal(results[f"jit{n}"], want, err_msg=f"rank {rank} step {n}")
+    check_replays(collective_results)
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,21 @@ processes (one a GPU) with backend "nccl". Skips without two GPUs, or without NC
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from glassgrad.distributed import DistBackendError, nccl
 from helpers import CUDA_MISSING
-from test_distributed import WORKER, cases, check_ddp_matches_one_process, expected, launch
+from test_distributed import (
+    CASE_IDS,
+    WORKER,
+    cases,
+    check_collective,
+    check_ddp_matches_one_process,
+    check_replays,
+    launch,
+    run_collectives,
+)
 
 
 def _why_not() -> str | None:
@@ -32,26 +39,16 @@ pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 
 @pytest.fixture(scope="module")
 def nccl_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("nccl")
-    (folder / "cases.json").write_text(json.dumps(cases()))
-    done = launch(str(WORKER), "collectives", str(folder), TEST_BACKEND="nccl")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
+    return run_collectives(tmp_path_factory.mktemp("nccl"), TEST_BACKEND="nccl")
 
 
-@pytest.mark.parametrize("i, case", list(enumerate(cases())), ids=lambda c: str(c) if isinstance(c, int) else
-                         f"{c['kind']}-{c['op']}-{c['dtype']}-{c['shape']}")  # fmt: skip
+@pytest.mark.parametrize("i, case", list(enumerate(cases())), **CASE_IDS)
 def test_nccl_collective_matches_numpy(nccl_results, i, case):
-    inputs = [r[f"in{i}"] for r in nccl_results]
-    for rank, results in enumerate(nccl_results):
-        np.testing.assert_array_equal(results[f"out{i}"], expected(case, inputs, rank), err_msg=f"rank {rank}")
+    check_collective(nccl_results, i, case)
 
 
 def test_tinyjit_replays_the_nccl_all_reduce(nccl_results):
-    for rank, results in enumerate(nccl_results):
-        for n in range(4):
-            want = np.array([(0 + n) * 2 + (1 + n) * 2, 4, -8], np.float32) + 1
-            np.testing.assert_array_equal(results[f"jit{n}"], want, err_msg=f"rank {rank} step {n}")
+    check_replays(nccl_results)
 
 
 def test_two_gpus_train_as_one_gpu_on_the_combined_batch(tmp_path):
