@@ -102,7 +102,8 @@ def test_load_state_dict_names_an_unexpected_key():
 
 def test_load_state_dict_names_the_key_and_both_shapes_of_a_mismatch():
     state = full_state(small_model()) | {"fc.weight": Tensor.zeros(3, 2)}
-    with pytest.raises(ValueError, match=r"'fc.weight' has shape \(3, 2\) in the state dict but \(2, 3\) in the model"):
+    message = r"Shape mismatch in layer `fc.weight`: Expected shape \(2, 3\), but found \(3, 2\) in state dict"
+    with pytest.raises(ValueError, match=message):
         load_state_dict(small_model(), state)
 
 

@@ -68,10 +68,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     common = [key for key in own if key in state_dict]
     if wrong := {key: type(state_dict[key]).__name__ for key in common if not isinstance(state_dict[key], Tensor)}:
         raise TypeError(f"load_state_dict: the state dict's values must be Tensors; these are not: {wrong}")
-    for key in common:  # every shape is checked before anything is written: a failed load changes nothing
+    # every shape is checked before anything is written: a failed load changes nothing (the message is tinygrad's)
+    for key in common:
         if state_dict[key].shape != own[key].shape:
-            raise ValueError(f"load_state_dict: {key!r} has shape {state_dict[key].shape} in the state dict but "
-                             f"{own[key].shape} in the model")  # fmt: skip
+            raise ValueError(f"load_state_dict: Shape mismatch in layer `{key}`: Expected shape {own[key].shape}, but "
+                             f"found {state_dict[key].shape} in state dict.")  # fmt: skip
     for key in common:
         target = own[key]
         target.assign(state_dict[key].to(target.device).cast(target.dtype).contiguous())
