@@ -472,3 +472,33 @@ def test_a_reduction_loop_with_a_check_stays_a_loop_on_a_gpu():
             (item,) = [i for i in out.schedule() if i.ast.op is Ops.SINK]
         spec = get_program(item.ast, CUDARenderer(), ())
         assert spec.checks and spec.global_size == (outputs,), (spec.global_size, spec.src)
+
+
+def test_a_failed_realize_left_alive_does_not_raise_in_an_unrelated_tinyjit_step():
+    """A division by zero that failed (its tensor kept alive, as an exception's traceback keeps it) raises again
+    when that tensor is realized, not in the first call of an unrelated TinyJit step with an optimizer (which
+    realizes the step's own pending assigns)."""
+    failed = Tensor([5, 6], dtype=dtypes.int8) // Tensor([1, 0], dtype=dtypes.int8)
+    with pytest.raises(ZeroDivisionError):
+        failed.tolist()
+    w = Tensor(np.ones((3, 2), np.float32), requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.5)
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = (x @ w).sum().backward()
+        opt.step()
+        return loss.realize()
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tw = torch.ones(3, 2, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.5)
+    for _ in range(3):
+        topt.zero_grad()
+        (torch.tensor(x) @ tw).sum().backward()
+        topt.step()
+        step(Tensor(x)).item()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy())
+    with pytest.raises(ZeroDivisionError, match="floordiv: integer division by zero"):
+        failed.tolist()  # its own error, again

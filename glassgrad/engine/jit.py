@@ -21,7 +21,7 @@ from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
-from glassgrad.uop.ops import UOp
+from glassgrad.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 
@@ -137,8 +137,11 @@ class TinyJit(Generic[R]):
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
         result = self.fn(*args, **kwargs)
-        here = thread_id()  # this thread's assigns: another thread's belong to that thread's step
-        assigned = [t for t in pending_assigns() if getattr(t, "_assigned_in", here) == here]
+        here = thread_id()  # this thread's assigns: another thread's belong to that thread's step; and the step's
+        # own (ASSIGN(target, value)), not the kernels a failed realize left standing (ASSIGN(BUFFER, KERNEL)): those
+        # raise their error again when their own tensors are realized, not in an unrelated step
+        assigned = [t for t in pending_assigns() if getattr(t, "_assigned_in", here) == here
+                    and t.uop.src[1].op is not Ops.KERNEL]  # fmt: skip
         if pending := _tensors_in(result) + assigned:
             Tensor.realize(*pending)
         return result
