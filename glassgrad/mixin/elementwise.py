@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
@@ -19,6 +20,34 @@ def check_device_holds(device: str, dtype: DType) -> None:
     """A TypeError unless `device` can hold `dtype`."""
     if not Device[device].supports(dtype):
         raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
+
+
+def _calls(method: str, reverse: bool = False) -> Callable[[Any, Any], Any]:
+    """The operator `self <op> x` as self.method(x); with `reverse`, `x <op> self` as self.method(x, True) (Python
+    calls __radd__ for `1 + t`)."""
+
+    def operator(self, x):
+        return getattr(self, method)(x, True) if reverse else getattr(self, method)(x)
+
+    return operator
+
+
+def _reversed_bitwise(op: Ops, name: str) -> Callable[[Any, Any], Any]:
+    """`x <op> self` for &, | and ^ (bitwise_and and the others take no `reverse`)."""
+
+    def operator(self, x):
+        return self._bitwise(op, x, name, True)
+
+    return operator
+
+
+def _in_place(method: str) -> Callable[[Any, Any], Any]:
+    """`self <op>= x`: the result assigned into self."""
+
+    def operator(self, x):
+        return self.assign(getattr(self, method)(x))
+
+    return operator
 
 
 class ElementwiseMixin:
@@ -261,91 +290,27 @@ class ElementwiseMixin:
             return (x < y) | x.eq(y)
         return (y < x).logical_not()
 
-    # ---- Python operators ----
+    # ---- Python operators: one row each (as uop/operators.py's for UOp) ----
 
     def __neg__(self):
         return self.neg()
 
-    def __add__(self, x):
-        return self.add(x)
-
-    def __radd__(self, x):
-        return self.add(x, True)
-
-    def __sub__(self, x):
-        return self.sub(x)
-
-    def __rsub__(self, x):
-        return self.sub(x, True)
-
-    def __mul__(self, x):
-        return self.mul(x)
-
-    def __rmul__(self, x):
-        return self.mul(x, True)
-
-    def __truediv__(self, x):
-        return self.div(x)
-
-    def __rtruediv__(self, x):
-        return self.div(x, True)
-
-    def __floordiv__(self, x):
-        return self.floordiv(x)
-
-    def __rfloordiv__(self, x):
-        return self.floordiv(x, True)
-
-    def __mod__(self, x):
-        return self.mod(x)
-
-    def __rmod__(self, x):
-        return self.mod(x, True)
-
-    def __pow__(self, x):
-        return self.pow(x)
-
-    def __rpow__(self, x):
-        return self.pow(x, True)
-
-    def __and__(self, x):
-        return self.bitwise_and(x)
-
-    def __rand__(self, x):
-        return self._bitwise(Ops.AND, x, "&", True)
-
-    def __or__(self, x):
-        return self.bitwise_or(x)
-
-    def __ror__(self, x):
-        return self._bitwise(Ops.OR, x, "|", True)
-
-    def __xor__(self, x):
-        return self.bitwise_xor(x)
-
-    def __rxor__(self, x):
-        return self._bitwise(Ops.XOR, x, "^", True)
-
     def __invert__(self):
         return self.bitwise_not()
 
-    def __lshift__(self, x):
-        return self.lshift(x)
-
-    def __rshift__(self, x):
-        return self.rshift(x)
-
-    def __iadd__(self, x):
-        return self.assign(self + x)
-
-    def __isub__(self, x):
-        return self.assign(self - x)
-
-    def __imul__(self, x):
-        return self.assign(self * x)
-
-    def __itruediv__(self, x):
-        return self.assign(self / x)
+    __add__, __radd__ = _calls("add"), _calls("add", reverse=True)
+    __sub__, __rsub__ = _calls("sub"), _calls("sub", reverse=True)
+    __mul__, __rmul__ = _calls("mul"), _calls("mul", reverse=True)
+    __truediv__, __rtruediv__ = _calls("div"), _calls("div", reverse=True)
+    __floordiv__, __rfloordiv__ = _calls("floordiv"), _calls("floordiv", reverse=True)
+    __mod__, __rmod__ = _calls("mod"), _calls("mod", reverse=True)
+    __pow__, __rpow__ = _calls("pow"), _calls("pow", reverse=True)
+    __and__, __rand__ = _calls("bitwise_and"), _reversed_bitwise(Ops.AND, "&")
+    __or__, __ror__ = _calls("bitwise_or"), _reversed_bitwise(Ops.OR, "|")
+    __xor__, __rxor__ = _calls("bitwise_xor"), _reversed_bitwise(Ops.XOR, "^")
+    __lshift__, __rshift__ = _calls("lshift"), _calls("rshift")
+    __iadd__, __isub__ = _in_place("add"), _in_place("sub")
+    __imul__, __itruediv__ = _in_place("mul"), _in_place("div")
 
 
 def _truth_values(x: Tensor, other: Any, op: str) -> tuple[Tensor, Tensor]:
