@@ -236,8 +236,7 @@ def match_matmul(ast: UOp) -> Matmul | None:
     factors = _factors(_exact_product(product))
     if len(factors) < 2 or any(f.dtype not in MULTIPLY_DTYPES for f in factors):
         return None
-    lowered = {f: f for f in factors}
-    if (sides := _sides(shape, k_axes, factors, {f: _axes_read(v) for f, v in lowered.items()})) is None:
+    if (sides := _sides(shape, k_axes, factors, {f: _axes_read(f) for f in factors})) is None:
         return None
     a_factors, b_factors, m_axes, n_axes, batch_axes = sides
     sizes = lambda axes: [shape[a] for a in axes if shape[a] > 1]  # noqa: E731
@@ -248,9 +247,9 @@ def match_matmul(ast: UOp) -> Matmul | None:
     values = []
     for own, other, side, rows in ((m_axes, n_axes, a_factors, m), (n_axes, m_axes, b_factors, n)):
         mine = dict(zip([at[a] for a in own], _split(row.replace(arg=("gg_r", rows)), sizes(own))))
-        value = lowered[side[0]]
+        value = side[0]  # the factors are already the lowered values at the kernel's position
         for f in side[1:]:
-            value = value * lowered[f]
+            value = value * f
         value = _exact_value(
             simplify(value.substitute({**common, **mine, **{at[a]: UOp.const(idx, 0) for a in other}}))
         )

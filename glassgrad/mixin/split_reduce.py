@@ -43,7 +43,8 @@ LONG_PART = 2048  # terms in each part at least: a tile's sum stays long
 
 def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool = False) -> tuple[int, int] | None:
     """(axis, parts): the outermost reduced axis to cut into `parts` pieces, or None where one stage is better; a
-    contraction (a sum of products) runs as tiles of outputs, which a long sum into a moderate count leaves few of."""
+    contraction (a sum of products) runs as tiles of outputs, which a long sum into a moderate count leaves few of.
+    For a contraction no part count divides, `parts` does not divide the axis: split_reduce sums the rest apart."""
     outputs = prod(s for i, s in enumerate(shape) if i not in axes)
     terms = prod(shape[a] for a in axes)
     if terms >= SPLIT_FROM and outputs < SPLIT_BELOW:  # few outputs: a block per part
