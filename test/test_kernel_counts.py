@@ -4,6 +4,7 @@ import functools
 
 import numpy as np
 import pytest
+import torch
 
 from glassgrad import GlobalCounters, Tensor, dtypes
 from glassgrad.engine.realize import buffer_of
@@ -282,6 +283,19 @@ def test_costly_math_broadcast_a_few_times_stays_fused(device):
     y = x.exp() @ w  # two output columns: recomputing exp twice is cheaper than a round trip through memory
     assert kernels_to_realize(y) == 1
     assert_matches(y, np.exp(a) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("view", ["as_is", "transposed"])
+def test_a_costly_16_bit_value_read_as_float32_is_stored_in_16_bits(device, view):
+    """Under autocast a gradient is a 16-bit value that its matmul reads as float32: stored as 16 bits (half the
+    bytes; the product multiplies 16-bit operands), widened as it loads, the same values."""
+    (a, x), (b, w) = realized((8, 16) if view == "as_is" else (16, 8), device), realized((16, 32), device, seed=1)
+    narrow = x.exp().cast(dtypes.bfloat16)
+    y = (narrow if view == "as_is" else narrow.T).cast(dtypes.float32) @ w
+    stored = [item.ast.src[0].src[0].dtype.base for item in y.schedule() if item.ast.op is Ops.SINK]
+    assert stored == [dtypes.bfloat16, dtypes.float32]
+    exp = torch.from_numpy(a).exp().bfloat16().float().numpy()
+    assert_matches(y, (exp if view == "as_is" else exp.T) @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_bias_and_relu_after_a_matmul_read_by_the_next_get_their_own_kernel(device):

@@ -201,8 +201,8 @@ def _costly_values_repeated(point: UOp, points: dict[UOp, None]) -> list[UOp]:
             continue
         seen.add((node, in_reduce))
         if in_reduce and node.op is Ops.EXPAND and prod(node.arg) >= MIN_REPEATS * prod(node.src[0].shape):
-            value = node.src[0].base
-            if value not in points and value.op in GroupOp.Elementwise and _worth_a_buffer(value, points):
+            value = _narrowest(node.src[0].base)
+            if value not in points and value.base.op in GroupOp.Elementwise and _worth_a_buffer(value, points):
                 found.append(value)
         stack.extend((s, in_reduce or node.op is Ops.REDUCE_AXIS) for s in node.src)
     return found
@@ -243,9 +243,10 @@ def _shared_values(points: dict[UOp, None]) -> list[UOp]:
               if len(kernels) >= MIN_READERS and n.op in GroupOp.Elementwise and n.size >= MIN_SHARED_SIZE]  # fmt: skip
     order = {n: i for i, n in enumerate(UOp(Ops.SINK, dtypes.void, tuple(shared)).toposort())} if shared else {}
     for node in sorted(shared, key=lambda n: -order[n]):  # users before their sources
-        if node in covered or not _worth_a_buffer(node, points):
+        narrow = _narrowest(node)
+        if node in covered or narrow in points or not _worth_a_buffer(narrow, points):
             continue
-        node = _in_the_order_read(node, read_by)
+        node = _in_the_order_read(node, read_by) if narrow is node else narrow
         chosen.append(node)
         covered.update(_computed_part(node, {**points, node: None}))
     return chosen
@@ -261,6 +262,21 @@ def _in_the_order_read(value: UOp, read_by: dict[UOp, set[UOp]]) -> UOp:
     while node is not value and node.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is a view of it anyway
         node = node.src[0]
     return node
+
+
+def _narrowest(value: UOp) -> UOp:
+    """What to store for `value`: where it is a float widened by casts (a 16-bit gradient that its reader takes as
+    float32), the narrow value: half the bytes, widened again as it loads, and a matmul that reads it multiplies
+    16-bit operands (on the tensor cores) rather than float32 ones."""
+    while (
+        value.op is Ops.CAST
+        and dtypes.is_float(value.dtype)
+        and dtypes.is_float((narrow := value.src[0]).dtype)
+        and narrow.dtype.itemsize < value.dtype.itemsize
+        and (narrow.op in GroupOp.Elementwise or narrow.op in GroupOp.Movement)
+    ):
+        value = narrow
+    return value
 
 
 def _worth_a_buffer(value: UOp, points: dict[UOp, None]) -> bool:
