@@ -16,6 +16,7 @@ from glassgrad.mixin.split_reduce import (
     SPLIT_BELOW,
     SPLIT_FROM,
     SPLIT_PARTS,
+    _is_product,
     cache_sized_part,
     split_parts,
 )
@@ -36,11 +37,16 @@ from helpers import needs_gpu
         ((1 << 22, 1, 1, 1 << 15), (3,), None),  # a contraction's long sum, but outputs enough to fill the GPU
         # a long contraction into a moderate number of outputs: about LONG_PARTIALS partial results
         ((256, 1, 64, 64, 32, 32, 3, 3), (0, 4, 5), (0, 64)),  # ResNet-18's 64-channel weight gradient: 113 wanted
-        ((256, 1, 128, 64, 16, 16, 1, 1), (0, 4, 5), (0, 32)),  # a 1x1 shortcut's: parts of LONG_PART terms
+        ((256, 1, 128, 64, 16, 16, 1, 1), (0, 4, 5), (0, 64)),  # a 1x1 shortcut's: parts of LONG_PART terms
         ((256, 1, 128, 128, 16, 16, 3, 3), (0, 4, 5), (0, 16)),  # 147456 outputs: 28 parts wanted, 16 divide 256
         ((4, 256, 1, 768, 50257), (4,), (4, 5)),  # GPT-2's head, its input's gradient: 50257 is 29 x 1733, cut unevenly
         ((1024, 1, 768, 3072), (0,), None),  # GPT-2's weight gradients: enough outputs, a short sum
-        ((256, 1, 256, 256, 8, 8, 3, 3), (0, 4, 5), None),  # 589824 outputs fill the GPU as they are
+        ((256, 1, 256, 256, 8, 8, 3, 3), (0, 4, 5), (0, 4)),  # 589824 outputs are 36 tiles: 7 parts wanted
+        # ResNet-50's (ImageNet, batch 64; H200, its bf16 training step 288 -> 123 ms with these three split)
+        ((64, 1, 1024, 256, 14, 14, 1, 1), (0, 4, 5), (0, 8)),  # a 1x1 weight gradient at 14x14: 16 tiles unsplit
+        ((64, 1, 2048, 512, 7, 7, 1, 1), (0, 4, 5), None),  # 3136 terms: short enough
+        ((64, 1, 64, 3, 112, 112, 7, 7), (0, 4, 5), (4, 112)),  # the stem's: no axis gives the 392 parts wanted,
+        # the one that gives the most does
     ],
 )
 def test_where_a_reduction_is_split(shape, axes, expected):
@@ -162,3 +168,11 @@ def test_a_sum_no_part_count_divides_is_cut_unevenly(monkeypatch, dtype):
     for ours, theirs in ((x, tx), (w, tw)):
         want = theirs.grad.numpy()
         np.testing.assert_allclose(ours.grad.float().numpy(), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+
+
+def test_a_product_under_casts_and_views_is_a_contraction():
+    """A convolution's weight gradient sums a permuted (and, under autocast, cast) product: still a contraction."""
+    a, b = Tensor.empty(4, 6), Tensor.empty(4, 6)
+    assert _is_product((a * b).uop)
+    assert _is_product((a * b).cast(dtypes.bfloat16).permute(1, 0).reshape(2, 12).uop)
+    assert not _is_product((a + b).permute(1, 0).uop)

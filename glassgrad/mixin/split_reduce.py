@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import L2_BUDGET, prod
 from glassgrad.runtime.device import Device
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -35,10 +35,11 @@ MIN_PART = 256  # terms in each part at least: a block's threads then have work
 # part is a tiled product of its own (batch axis: the part), the parts' results summed by a small second kernel.
 # A sum whose length no part count divides (GPT-2's head, 50257 = 29 x 1733 tokens of vocabulary) is cut unevenly:
 # parts of its first len - len % parts terms, and the few left summed on their own.
-LONG_FROM = 1 << 15  # terms an output at least...
+LONG_FROM = 1 << 12  # terms an output at least (ResNet-50's 1x1 weight gradients at 14x14: 64x14x14 terms into
+# 1024x256 outputs, 16 tiles, ran at 1.5 TFLOP/s on an H200 unsplit)...
 LONG_BELOW = 1 << 22  # ...into fewer outputs than this (256 tiles of 128x128: two waves of a 132-multiprocessor GPU)
 LONG_PARTIALS = 1 << 22  # the first stage's outputs: about this many (a 16 MB float32 buffer)
-LONG_PART = 2048  # terms in each part at least: a tile's sum stays long
+LONG_PART = 1024  # terms in each part at least: a tile's sum stays long
 
 
 def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool = False) -> tuple[int, int] | None:
@@ -53,10 +54,16 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool
         want = min(LONG_PARTIALS // outputs, terms // LONG_PART)
     else:
         return None
-    for axis in axes:
-        parts = max((d for d in range(2, min(want, shape[axis]) + 1) if shape[axis] % d == 0), default=1)
+    if want < 2:
+        return None
+    divided = [(axis, max((d for d in range(2, min(want, shape[axis]) + 1) if shape[axis] % d == 0), default=1))
+               for axis in axes]  # fmt: skip
+    for axis, parts in divided:
         if 2 * parts > want:  # an axis that cannot give enough parts is left for the next
             return axis, parts
+    axis, parts = max(divided, key=lambda d: d[1])  # none gives enough: the most any gives, where that is many
+    if parts >= MIN_PARTS:
+        return axis, parts
     longest = max(axes, key=lambda a: shape[a])
     if outputs >= SPLIT_BELOW and want >= 2 and shape[longest] // want >= LONG_PART:  # unevenly, its remainder apart
         return longest, want
@@ -89,8 +96,9 @@ def split_reduce(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:
 
 
 def _is_product(node: UOp) -> bool:
-    """A product, maybe under casts (a 16-bit gradient's product comes as half(float(g) * float(w)))."""
-    while node.op is Ops.CAST:
+    """A product, maybe under casts and views (a 16-bit gradient's product comes as half(float(g) * float(w)), a
+    convolution's weight gradient as a permuted one)."""
+    while node.op is Ops.CAST or node.op in GroupOp.Movement:
         node = node.src[0]
     return node.op is Ops.MUL
 
