@@ -22,6 +22,16 @@ def check_device_holds(device: str, dtype: DType) -> None:
         raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
 
 
+def _cast_to(dtype: DType, words: str) -> Callable[[Any], Any]:
+    """A method that casts its tensor to `dtype` (t.float(), t.int(), ...)."""
+
+    def cast(self):
+        return self.cast(dtype)
+
+    cast.__doc__ = f"This tensor as {words}."
+    return cast
+
+
 def _calls(method: str, reverse: bool = False) -> Callable[[Any, Any], Any]:
     """The operator `self <op> x` as self.method(x); with `reverse`, `x <op> self` as self.method(x, True) (Python
     calls __radd__ for `1 + t`)."""
@@ -88,33 +98,11 @@ class ElementwiseMixin:
                                 f"{dtype.itemsize} bytes)")  # fmt: skip
         return self if dtype == self.dtype else type(self)(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
-    def float(self) -> Tensor:
-        """This tensor as float32."""
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        """This tensor as float16."""
-        return self.cast(dtypes.float16)
-
-    def double(self) -> Tensor:
-        """This tensor as float64."""
-        return self.cast(dtypes.float64)
-
-    def int(self) -> Tensor:
-        """This tensor as int32."""
-        return self.cast(dtypes.int32)
-
-    def long(self) -> Tensor:
-        """This tensor as int64."""
-        return self.cast(dtypes.int64)
-
-    def bool(self) -> Tensor:
-        """This tensor as bool (nonzero is True)."""
-        return self.cast(dtypes.bool)
-
-    def bfloat16(self) -> Tensor:
-        """This tensor as bfloat16."""
-        return self.cast(dtypes.bfloat16)
+    # PyTorch's cast shortcuts: t.float() is t.cast(dtypes.float32)
+    float, half = _cast_to(dtypes.float32, "float32"), _cast_to(dtypes.float16, "float16")
+    double, bfloat16 = _cast_to(dtypes.float64, "float64"), _cast_to(dtypes.bfloat16, "bfloat16")
+    int, long = _cast_to(dtypes.int32, "int32"), _cast_to(dtypes.int64, "int64")
+    bool = _cast_to(dtypes.bool, "bool (nonzero is True)")
 
     def _float_input(self) -> Tensor:
         return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)

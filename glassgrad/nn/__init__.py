@@ -18,6 +18,12 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return parameter(Tensor.uniform(*shape, low=-bound, high=bound).contiguous())
 
 
+def _weight_and_bias(shape: tuple[int, ...], fan_in: int, bias: bool) -> tuple[Tensor, Tensor | None]:
+    """A layer's weight of `shape` and its bias (one per output: shape[0]), both U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+    return _uniform(shape, bound), _uniform((shape[0],), bound) if bias else None
+
+
 def _filled(shape: tuple[int, ...], value: float, dtype: str | None = None,
             requires_grad: bool | None = None) -> Tensor:  # fmt: skip
     """A tensor of `value` (dtypes.default_float unless `dtype` says) in a buffer of its own. Tensor.full(...)
@@ -36,9 +42,7 @@ class Linear:
     """y = x @ weight.T + bias, weight of shape (out_features, in_features)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
-        bound = 1 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = _uniform((out_features, in_features), bound)
-        self.bias = _uniform((out_features,), bound) if bias else None
+        self.weight, self.bias = _weight_and_bias((out_features, in_features), in_features, bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.linear(self.weight, self.bias)
@@ -61,31 +65,23 @@ class _ConvNd:
             raise ValueError(f"{type(self).__name__}: padding must be 'same' (with stride 1) or 'valid' or numbers, "
                              f"got padding={padding!r} with stride={stride!r}")  # fmt: skip
         fan_in = in_channels // groups * prod(self.kernel_size)
-        bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
-        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound)
-        self.bias = _uniform((out_channels,), bound) if bias else None
+        self.weight, self.bias = _weight_and_bias(
+            (out_channels, in_channels // groups, *self.kernel_size), fan_in, bias
+        )
 
     def __call__(self, x: Tensor) -> Tensor:
         conv = (Tensor.conv1d, Tensor.conv2d, Tensor.conv3d)[self.dims - 1]
         return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
-class Conv1d(_ConvNd):
-    """1-d convolution, as torch.nn.Conv1d."""
-
-    dims = 1
-
-
-class Conv2d(_ConvNd):
-    """2-d convolution, as torch.nn.Conv2d."""
-
-    dims = 2
+def _of_dims(base: type, name: str, dims: int, doc: str) -> type:
+    """The layer class `name`: `base` over the last `dims` dims (Conv2d is _ConvNd with dims = 2)."""
+    return type(name, (base,), {"dims": dims, "__doc__": doc, "__module__": __name__})
 
 
-class Conv3d(_ConvNd):
-    """3-d convolution, as torch.nn.Conv3d."""
-
-    dims = 3
+Conv1d = _of_dims(_ConvNd, "Conv1d", 1, "1-d convolution, as torch.nn.Conv1d.")
+Conv2d = _of_dims(_ConvNd, "Conv2d", 2, "2-d convolution, as torch.nn.Conv2d.")
+Conv3d = _of_dims(_ConvNd, "Conv3d", 3, "3-d convolution, as torch.nn.Conv3d.")
 
 
 class _ConvTransposeNd:
@@ -102,7 +98,7 @@ class _ConvTransposeNd:
         fan_in = out_channels // groups * prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
         self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound)
-        self.bias = _uniform((out_channels,), bound) if bias else None
+        self.bias = _uniform((out_channels,), bound) if bias else None  # out_channels is the weight's dim 1 here
 
     def __call__(self, x: Tensor) -> Tensor:
         conv = (Tensor.conv_transpose1d, Tensor.conv_transpose2d, Tensor.conv_transpose3d)[self.dims - 1]
@@ -110,22 +106,12 @@ class _ConvTransposeNd:
                     self.dilation)  # fmt: skip
 
 
-class ConvTranspose1d(_ConvTransposeNd):
-    """Transposed 1-d convolution, weight (in, out/groups, k) as torch.nn.ConvTranspose1d."""
-
-    dims = 1
-
-
-class ConvTranspose2d(_ConvTransposeNd):
-    """Transposed 2-d convolution, weight (in, out/groups, kh, kw) as torch.nn.ConvTranspose2d."""
-
-    dims = 2
-
-
-class ConvTranspose3d(_ConvTransposeNd):
-    """Transposed 3-d convolution, weight (in, out/groups, kd, kh, kw) as torch.nn.ConvTranspose3d."""
-
-    dims = 3
+ConvTranspose1d = _of_dims(_ConvTransposeNd, "ConvTranspose1d", 1, "Transposed 1-d convolution, weight (in, "
+                           "out/groups, k) as torch.nn.ConvTranspose1d.")  # fmt: skip
+ConvTranspose2d = _of_dims(_ConvTransposeNd, "ConvTranspose2d", 2, "Transposed 2-d convolution, weight (in, "
+                           "out/groups, kh, kw) as torch.nn.ConvTranspose2d.")  # fmt: skip
+ConvTranspose3d = _of_dims(_ConvTransposeNd, "ConvTranspose3d", 3, "Transposed 3-d convolution, weight (in, "
+                           "out/groups, kd, kh, kw) as torch.nn.ConvTranspose3d.")  # fmt: skip
 
 
 class BatchNorm:
