@@ -3,7 +3,8 @@
 glassgrad compiles a kernel per concrete shape, so a model run on every length a text happens to have would compile
 a new set of kernels for most calls. Padding a batch's length and size up to a bucket bounds the shapes one model
 ever sees (20 lengths up to 512, 10 batch sizes up to 32), and a call whose lengths were all seen before compiles
-nothing. Symbolic shapes (a bound Variable for the length) are the other way; the models here do not need them.
+nothing. Symbolic shapes (a Variable for the length, bound per call) would be the other way; issue 22 allows this
+bucketing in their stead, and the models do not use them yet.
 """
 
 from __future__ import annotations
