@@ -15,7 +15,7 @@ from glassgrad.models.bert import Bert, BertConfig, SentenceEncoder, from_hf_nam
 from glassgrad.models.buckets import Batch, batch_bucket, batches_by_length, length_bucket
 from glassgrad.models.wordpiece import WordPieceTokenizer
 from glassgrad.nn.state import load_state_dict
-from helpers import require_module
+from helpers import count_calls, require_module
 
 WORDS = [f"w{i}" for i in range(60)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *WORDS]
@@ -103,19 +103,9 @@ def test_encode_checks_its_batch_size(models):
 @pytest.fixture
 def kernels_made(monkeypatch):
     """Counts of the kernels this process makes (lowered, or read from the program cache on disk) and compiles."""
-    counts = {"made": 0, "compiled": 0}
-    spec, compiler = realize._cached_spec, Device[Device.DEFAULT].compiler
-
-    def making(*args):
-        counts["made"] += 1
-        return spec(*args)
-
-    def compiling(src):
-        counts["compiled"] += 1
-        return type(compiler).compile(compiler, src)
-
-    monkeypatch.setattr(realize, "_cached_spec", making)
-    monkeypatch.setattr(compiler, "compile", compiling)
+    counts: dict[str, int] = {}
+    count_calls(monkeypatch, counts, "made", realize, "_cached_spec")
+    count_calls(monkeypatch, counts, "compiled", Device[Device.DEFAULT].compiler, "compile")
     return counts
 
 
