@@ -116,7 +116,7 @@ def test_embeddings_match_sentence_transformers(reference, encoder):
 
 
 def test_mixed_lengths_5_to_128_tokens_match_sentence_transformers(reference, encoder):
-    """bench/models.py's minilm-encode sentences: two batches of 32, padded to 128 and to 80 tokens."""
+    """bench/models.py's minilm-encode sentences: two batches of 32, padded to 128 and to 72 tokens."""
     lengths = np.linspace(5, 128, 64).round().astype(int).tolist()
     texts = sentences_of_lengths(lengths, os.path.join(MODEL_DIR, "vocab.txt"))
     assert [len(encoder.tokenizer.encode(t)) for t in texts] == lengths

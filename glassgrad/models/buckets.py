@@ -2,7 +2,7 @@
 
 glassgrad compiles a kernel per concrete shape, so a model run on every length a text happens to have would compile
 a new set of kernels for most calls. Padding a batch's length and size up to a bucket bounds the shapes one model
-ever sees (20 lengths up to 512, 10 batch sizes up to 32), and a call whose lengths were all seen before compiles
+ever sees (32 lengths up to 512, 10 batch sizes up to 32), and a call whose lengths were all seen before compiles
 nothing. Symbolic shapes (a Variable for the length, bound per call) would be the other way; issue 22 allows this
 bucketing in their stead, and the models do not use them yet.
 """
@@ -20,8 +20,8 @@ def bucket(size: int, smallest_step: int, steps_per_octave: int, limit: int) -> 
 
 
 def length_bucket(length: int, limit: int) -> int:
-    """8, 16, .., 64, then 80, .., 128, then 160, .., 256, then 320, .., 512 (past 64, under a fifth is padding)."""
-    return bucket(length, 8, 8, limit)
+    """8, 16, .., 128, then 144, .., 256, then 288, .., 512: 32 lengths (past 64, under an eighth is padding)."""
+    return bucket(length, 8, 16, limit)
 
 
 def batch_bucket(rows: int, limit: int) -> int:
