@@ -155,6 +155,18 @@ def check(shapes: Sequence[tuple[int, ...]], ours: Callable[..., Tensor], numpy_
     return result
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, counts: dict[str, int], key: str, owner: object, name: str) -> None:
+    """Count the calls of owner.name (a function of a module, a method of an object) in counts[key], for one test."""
+    original = getattr(owner, name)
+    counts.setdefault(key, 0)
+
+    def counted(*args, **kwargs):
+        counts[key] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+
+
 def split_every_cpu_kernel(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     """The CPU device splits every kernel over `threads` threads, however small (results must not depend on it)."""
     import glassgrad.runtime.ops_cpu as ops_cpu

@@ -206,12 +206,13 @@ def test_page_examples_print_what_the_page_says(path):
 
 
 def test_every_section_of_the_user_guide_has_a_running_example():
-    """docs/user-guide.md shows each topic (layers, optimizers, state dicts, datasets, TinyJit, mixed precision,
-    devices) with code that the test above runs."""
+    """docs/user-guide.md shows each topic (layers, optimizers, state dicts, sentence embeddings, datasets, TinyJit,
+    mixed precision, devices) with code that the test above runs."""
     sections = re.split(r"^## ", (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8"), flags=re.MULTILINE)
     titles = [section.splitlines()[0] for section in sections[1:]]
     assert titles == ["Layers", "Optimizers", "State dicts, safetensors and PyTorch checkpoints",
-                      "Datasets: MNIST and Fashion-MNIST", "TinyJit: capture a step, replay it",
+                      "Sentence embeddings: all-MiniLM-L6-v2", "Datasets: MNIST and Fashion-MNIST",
+                      "TinyJit: capture a step, replay it",
                       "Mixed precision: autocast and GradScaler", "Devices"]  # fmt: skip
     assert all(python_blocks(section) for section in sections[1:]), "a section of the user guide has no example"
 

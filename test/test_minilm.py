@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the reference must read the pack
 import numpy as np
 import pytest
 
+from bench.model_rows import sentences_of_lengths
 from glassgrad import Tensor
 from glassgrad.models.bert import SentenceEncoder, cosine, from_hf_names
 from glassgrad.models.wordpiece import WordPieceTokenizer
@@ -99,14 +100,33 @@ def test_tokenizer_truncates_to_max_seq_length(reference, encoder):
     assert ids[0] == encoder.tokenizer.cls and ids[-1] == encoder.tokenizer.sep
 
 
-def test_embeddings_match_sentence_transformers(reference, encoder):
-    theirs = reference.encode(SENTENCES, batch_size=32)
-    ours = encoder.encode(SENTENCES, batch_size=32)  # one batch: every sentence padded to the longest
-    assert np.array(ours).shape == theirs.shape == (20, 384)
-    for sentence, mine, ref in zip(SENTENCES, ours, theirs.tolist()):
-        assert cosine(mine, ref) >= 0.9999, f"cosine {cosine(mine, ref)} for {sentence!r}"
-        np.testing.assert_allclose(mine, ref, atol=2e-4, err_msg=sentence)
+def assert_matches_reference(reference, encoder, texts: list[str]) -> None:
+    """encode(texts) in batches of 32 against sentence-transformers': cosine >= 0.9999 and within 2e-4 each."""
+    theirs = reference.encode(texts, batch_size=32)
+    ours = encoder.encode(texts, batch_size=32)
+    assert np.array(ours).shape == theirs.shape == (len(texts), 384)
+    for text, mine, ref in zip(texts, ours, theirs.tolist()):
+        assert cosine(mine, ref) >= 0.9999, f"cosine {cosine(mine, ref)} for {text!r}"
+        np.testing.assert_allclose(mine, ref, atol=2e-4, err_msg=text)
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
+
+
+def test_embeddings_match_sentence_transformers(reference, encoder):
+    assert_matches_reference(reference, encoder, SENTENCES)  # one batch: every sentence padded (to 64 tokens)
+
+
+def test_mixed_lengths_5_to_128_tokens_match_sentence_transformers(reference, encoder):
+    """bench/models.py's minilm-encode sentences: two batches of 32, padded to 128 and to 72 tokens."""
+    lengths = np.linspace(5, 128, 64).round().astype(int).tolist()
+    texts = sentences_of_lengths(lengths, os.path.join(MODEL_DIR, "vocab.txt"))
+    assert [len(encoder.tokenizer.encode(t)) for t in texts] == lengths
+    assert_matches_reference(reference, encoder, texts[::-1])  # shortest first: the order is restored
+
+
+def test_one_sentence_no_sentences_and_texts_past_256_tokens(reference, encoder):
+    assert encoder.encode([]) == []
+    assert_matches_reference(reference, encoder, ["A man is eating food."])
+    assert_matches_reference(reference, encoder, EXTRA_TEXTS)  # the last is cut to 256 tokens, as theirs is
 
 
 def test_encode_rejects_a_single_string(encoder):

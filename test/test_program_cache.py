@@ -9,6 +9,7 @@ import pytest
 
 from glassgrad import Context, Device, Tensor, disk_cache
 from glassgrad.engine import compile_progress, program_cache, realize
+from helpers import count_calls
 
 
 @pytest.fixture
@@ -17,19 +18,9 @@ def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GLASSGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("DISABLE_COMPILER_CACHE", raising=False)
     monkeypatch.setattr(disk_cache, "_usable", {})
-    counts = {"lowered": 0, "compiled": 0}
-    lower, compiler = realize._program_spec, Device[Device.DEFAULT].compiler
-
-    def lowering(device, ast):
-        counts["lowered"] += 1
-        return lower(device, ast)
-
-    def compiling(src):
-        counts["compiled"] += 1
-        return type(compiler).compile(compiler, src)
-
-    monkeypatch.setattr(realize, "_program_spec", lowering)
-    monkeypatch.setattr(compiler, "compile", compiling)
+    counts: dict[str, int] = {}
+    count_calls(monkeypatch, counts, "lowered", realize, "_program_spec")
+    count_calls(monkeypatch, counts, "compiled", Device[Device.DEFAULT].compiler, "compile")
     return counts
 
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from glassgrad import Tensor, nn
+from glassgrad.models.buckets import batch_bucket, batches_by_length, length_bucket
 from glassgrad.models.wordpiece import WordPieceTokenizer
 from glassgrad.nn.state import load_state_dict, safe_load, torch_load
 
@@ -161,11 +162,21 @@ class SentenceEncoder:
         normalize = any(m.get("type", "").endswith(".Normalize") for m in modules) if modules else True
         return cls(bert, tokenizer, normalize)
 
-    def embed_ids(self, ids: list[list[int]]) -> Tensor:
-        """Embeddings (len(ids), hidden) of token-id lists, padded to the longest in one batch."""
-        length = max(len(seq) for seq in ids)
-        padded = [seq + [self.tokenizer.pad] * (length - len(seq)) for seq in ids]
-        return self.embed(Tensor(padded), Tensor([[1] * len(seq) + [0] * (length - len(seq)) for seq in ids]))
+    def embed_ids(self, ids: list[list[int]]) -> list[list[float]]:
+        """Embeddings of token-id lists run as one batch, padded to the bucket of its longest list and of its size
+        (models/buckets.py): the padding rows and tokens are masked out, and a shape seen before compiles nothing."""
+        if not ids:
+            return []
+        rows, length = batch_bucket(len(ids), len(ids)), length_bucket(max(map(len, ids)), self.bert.max_length)
+        return self._embed_padded(ids, rows, length)
+
+    def _embed_padded(self, ids: list[list[int]], rows: int, length: int) -> list[list[float]]:
+        """The embeddings of `ids` run as `rows` rows of `length` tokens."""
+        pad = self.tokenizer.pad
+        filler = [[pad]] * (rows - len(ids))  # a padding row: one token counted as real, so no softmax is over nothing
+        padded = [seq + [pad] * (length - len(seq)) for seq in ids + filler]
+        mask = [[1] * len(seq) + [0] * (length - len(seq)) for seq in ids + filler]
+        return self.embed(Tensor(padded), Tensor(mask)).tolist()[: len(ids)]
 
     def embed(self, ids: Tensor, mask: Tensor) -> Tensor:
         """Embeddings (batch, hidden) of padded token ids (batch, length); mask is 1 at real tokens, 0 at padding."""
@@ -177,15 +188,15 @@ class SentenceEncoder:
         return pooled / (pooled * pooled).sum(-1, keepdim=True).sqrt().maximum(1e-12)
 
     def encode(self, sentences: list[str], batch_size: int = 32) -> list[list[float]]:
-        """One embedding per sentence, in order; sentences of similar length share a batch (less padding)."""
+        """One embedding per sentence, in order, batched as sentence-transformers batches (longest first, batch_size
+        a batch, each padded and masked) with lengths and batch sizes padded to buckets (models/buckets.py)."""
         if isinstance(sentences, str):
             raise TypeError("SentenceEncoder.encode: pass a list of sentences, not one str")
         ids = [self.tokenizer.encode(s) for s in sentences]
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         out: list[list[float]] = [[] for _ in ids]
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            for i, row in zip(chunk, self.embed_ids([ids[i] for i in chunk]).tolist()):
+        for batch in batches_by_length([len(seq) for seq in ids], batch_size, self.bert.max_length):
+            embedded = self._embed_padded([ids[i] for i in batch.indices], batch.rows, batch.length)
+            for i, row in zip(batch.indices, embedded):
                 out[i] = row
         return out
 
