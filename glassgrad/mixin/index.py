@@ -11,6 +11,7 @@ from glassgrad.helpers import prod
 from glassgrad.mixin.index_forms import as_tuple_index, positions
 from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
+from glassgrad.mixin import symbolic_shapes
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -359,6 +360,8 @@ class IndexMixin:
 
     def __getitem__(self, index: Any) -> Tensor:
         """t[index] as in PyTorch: ints, slices, None, ..., int tensors and lists, bool masks (realized to count)."""
+        if symbolic_shapes.symbolic_slices(index):  # t[:, :i] with a bound Variable i
+            return symbolic_shapes.sliced(self, index)
         basic, advanced = _parse_index(self, index)
         viewed = _BasicPlan(self.shape, basic).apply(self)
         return _AdvancedIndex(viewed.shape, advanced).gather(viewed) if advanced else viewed

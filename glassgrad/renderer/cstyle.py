@@ -10,6 +10,7 @@ from glassgrad.renderer import Renderer
 from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
+from glassgrad.uop.variable import kernel_vars
 
 SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)
 # C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
@@ -342,6 +343,11 @@ class CStyleRenderer(Renderer):
         return "\n".join(self.prelude(program) + [writer.write(name)]) + "\n"
 
 
+def var_name(var: UOp) -> str:
+    """A Variable's parameter in C: its name, apart from every name the writer makes."""
+    return f"var_{var.arg[0]}"
+
+
 WRITTEN_AS_MATH = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}  # the ops CKernelWriter.alu writes; any other needs a handler
 
 
@@ -381,7 +387,7 @@ class CKernelWriter:
 
     def write(self, name: str) -> str:
         handlers: dict[Ops, Callable[[UOp], None]] = {
-            Ops.DEFINE_GLOBAL: self.define_global, Ops.CONST: self.const, Ops.RANGE: self.range,
+            Ops.DEFINE_GLOBAL: self.define_global, Ops.DEFINE_VAR: self.define_var, Ops.CONST: self.const, Ops.RANGE: self.range,
             Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load, Ops.STORE: self.store,
             Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign, Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
         } | self.dialect_handlers()  # fmt: skip
@@ -390,6 +396,7 @@ class CKernelWriter:
             if (handler := handlers.get(u.op, self.alu if u.op in WRITTEN_AS_MATH else None)) is None:
                 raise NotImplementedError(f"{type(self.r).__name__} has no handler for {u.op} (kernel {name})")
             handler(u)
+        self.params += [f"{self.r.type_name(v.dtype)} {var_name(v)}" for v in kernel_vars(self.program)]
         buffers = len(self.params)
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params
@@ -407,6 +414,9 @@ class CKernelWriter:
     def define_global(self, u: UOp) -> None:
         self.names[u] = f"data{u.arg}"
         self.params.append(f"{self.r.buffer_prefix}{self.r.type_name(u.dtype)} {self.r.restrict} data{u.arg}")
+
+    def define_var(self, u: UOp) -> None:
+        self.names[u] = var_name(u)  # an int parameter, after the buffers (kernel_vars)
 
     def const(self, u: UOp) -> None:
         self.names[u] = self.r.render_const(u.arg, u.dtype)

@@ -70,7 +70,7 @@ class Program:
         self.name = name  # the binary is not kept: a loaded program holds what it needs
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] = (1,),
-                 wait: bool = False) -> float | None:  # fmt: skip
+                 wait: bool = False, vals: tuple[int, ...] = ()) -> float | None:  # fmt: skip
         raise NotImplementedError
 
 

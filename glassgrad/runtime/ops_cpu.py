@@ -178,12 +178,14 @@ class CPUProgram(Program):
         self._last_bufs: tuple = ()
         self._last_pointers: ctypes.Array | None = None
 
-    def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
+    def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False, vals: tuple[int, ...] = ()
+                 ) -> float | None:  # fmt: skip
         start = time.perf_counter()
         if self.fn.argtypes is None:  # declared once: ctypes then converts plain ints, twice as fast as c_void_p(...)
-            self.fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_longlong] * (2 * (global_size is not None))
-        if global_size is None:  # no loop to split: the kernel takes only its buffers
-            self.fn(*[b[1] for b in bufs])
+            self.fn.argtypes = ([ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
+                                + [ctypes.c_longlong] * (2 * (global_size is not None)))  # fmt: skip
+        if global_size is None:  # no loop to split: the kernel takes its buffers and its Variables' values
+            self.fn(*[b[1] for b in bufs], *vals)
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
             self.fn(*[b[1] for b in bufs], 0, global_size[0])
             # the faster of its last two runs on one core decides: a first run is slow for reasons of its own (cold

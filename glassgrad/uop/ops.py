@@ -208,9 +208,57 @@ class UOp(BinaryOperators):
     def __repr__(self) -> str:
         return pretty_print(self)
 
+    def __bool__(self) -> bool:
+        # a comparison of symbolic sizes (`i < 3`) has no truth value until the variables are bound and a kernel runs
+        if self.op is Ops.CONST:
+            return bool(self.arg)
+        if self.dtype == dtypes.bool:
+            raise TypeError(f"the truth value of the symbolic comparison {render_sint(self)} is not known")
+        return True
+
+    # ---- symbolic ints (tinygrad's Variable: uop/variable.py) ----
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int) -> UOp:
+        """A symbolic int named `name` that takes values min_val..max_val (bind it to a value with .bind(value))."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"Variable: the name must be an identifier (it names a kernel parameter), got {name!r}")
+        if any(not isinstance(b, int) or isinstance(b, bool) for b in (min_val, max_val)):
+            raise TypeError(f"Variable {name}: min and max must be ints, got {min_val!r} and {max_val!r}")
+        if not 0 <= min_val <= max_val:
+            raise ValueError(f"Variable {name}: need 0 <= min <= max (a size), got min {min_val} and max {max_val}")
+        return UOp(Ops.DEFINE_VAR, dtypes.int, (), (name, min_val, max_val))
+
+    def bind(self, value: int) -> UOp:
+        """This variable bound to `value` for one call: BIND(var, value); a value outside [min, max] is a ValueError."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"bind: only a Variable can be bound, not {render_sint(self)}")
+        name, low, high = self.arg
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"bind: Variable {name} takes an int, got {type(value).__name__} {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"bind: {value} is outside the range of Variable {name}, [{low}, {high}]")
+        return UOp(Ops.BIND, dtypes.int, (self, UOp.const(dtypes.int, value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(the variable, its value) of a bound variable."""
+        if self.op is not Ops.BIND:
+            raise TypeError(f"unbind: {render_sint(self)} is not a bound Variable")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """A variable's name."""
+        return self.unbind()[0].arg[0] if self.op is Ops.BIND else self.arg[0]
+
+    @property
+    def val(self) -> int:
+        """The value a bound variable has."""
+        return self.unbind()[1]
+
 
 def _pad_shape(shape, arg):
-    return tuple(s + before + after for s, (before, after) in zip(shape, arg))
+    return tuple(s if before == after == 0 else s + before + after for s, (before, after) in zip(shape, arg))
 
 
 # How each Tensor-level op derives its shape from its sources and arg.
@@ -222,7 +270,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.EXPAND: lambda u: tuple(u.arg),
     Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
     Ops.PAD: lambda u: _pad_shape(u.src[0].shape, u.arg),
-    Ops.SHRINK: lambda u: tuple(end - start for start, end in u.arg),
+    Ops.SHRINK: lambda u: tuple(end if start == 0 else end - start for start, end in u.arg),  # a symbolic end kept
     Ops.FLIP: lambda u: u.src[0].shape,
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
@@ -234,6 +282,8 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.UNIQUE: lambda u: None,
     Ops.DEFINE_GLOBAL: lambda u: None,
     Ops.RANGE: lambda u: None,
+    Ops.DEFINE_VAR: lambda u: None,
+    Ops.BIND: lambda u: None,
 }
 
 
@@ -280,6 +330,20 @@ def pretty_print(root: UOp, max_nodes: int = 400) -> str:
 
     emit(root, 0)
     return "\n".join(lines)
+
+
+def render_sint(u: UOp) -> str:
+    """A symbolic int as text: `i`, `(i+1)`, `i=3` for a bound variable."""
+    if u.op is Ops.DEFINE_VAR:
+        return u.arg[0]
+    if u.op is Ops.BIND:
+        return f"{u.src[0].arg[0]}={u.src[1].arg}"
+    if u.op is Ops.CONST:
+        return repr(u.arg)
+    symbol = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!="}.get(u.op)
+    if symbol is None or len(u.src) != 2:
+        return f"{u.op.name.lower()}({', '.join(render_sint(s) for s in u.src)})"
+    return f"({render_sint(u.src[0])}{symbol}{render_sint(u.src[1])})"
 
 
 def _arg_repr(arg: Any) -> str:

@@ -1,0 +1,163 @@
+"""Movement with symbolic sizes (uop/variable.py): shrink, slicing, reshape and expand where a size is a bound
+Variable or a sum of one and ints (`t[:, :i]`, `cache.shrink(((0, pos + 1), None))`).
+
+A symbolic dim is cut from a dim of fixed size at 0 (its end symbolic), kept whole through reshapes (sizes of 1
+around it, other dims merged or split beside it), broadcast from 1, reduced, or cropped back to an int (the
+reshape tinygrad's users write to read a result: `out.reshape(3, i)` of a (3, i) shape). What kernels cannot run
+for every value of the variable at once is a NotImplementedError that says so, never a program for one value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from glassgrad.helpers import prod
+from glassgrad.shape import ShapeError
+from glassgrad.uop.ops import Ops, UOp, render_sint
+from glassgrad.uop.variable import sym_bounds, sym_value
+
+if TYPE_CHECKING:
+    from glassgrad.tensor import Tensor
+
+
+def has_symbolic(sizes: Any) -> bool:
+    """Whether a shape (or a shrink's pairs) holds a symbolic size."""
+    if isinstance(sizes, (tuple, list)):
+        return any(has_symbolic(s) for s in sizes)
+    return isinstance(sizes, UOp)
+
+
+def _checked(size: Any, op: str) -> Any:
+    if isinstance(size, UOp):
+        if size.dtype.count != 1 or size.dtype.name not in ("int", "int32"):
+            raise TypeError(f"{op}: a symbolic size must be an int expression of Variables, got {render_sint(size)}")
+        return size
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise ValueError(f"{op}: sizes must be ints or bound Variables, got {type(size).__name__} {size!r}")
+    return size
+
+
+def _name(size: Any) -> str:
+    return render_sint(size) if isinstance(size, UOp) else str(size)
+
+
+def shape_text(shape: tuple) -> str:
+    return f"({', '.join(_name(s) for s in shape)}{',' if len(shape) == 1 else ''})"
+
+
+def shrink(x: Tensor, arg: tuple) -> Tensor:
+    """x cropped to [start, end) per dim where an end (or a size) is symbolic."""
+    if len(arg) != x.ndim:
+        raise ShapeError(f"shrink: need one (start, end) per dimension of {shape_text(x.shape)}, got {arg}")
+    pairs = tuple((0, s) if a is None else (_checked(a[0], "shrink"), _checked(a[1], "shrink"))
+                  for a, s in zip(arg, x.shape))  # fmt: skip
+    for (start, end), size in zip(pairs, x.shape):
+        _check_crop(start, end, size)
+    if all(p[0] == 0 and p[1] is s for p, s in zip(pairs, x.shape)):
+        return x
+    return x._movement(Ops.SHRINK, pairs)
+
+
+def _check_crop(start: Any, end: Any, size: Any) -> None:
+    where = f"range ({_name(start)}, {_name(end)}) of a dimension of size {_name(size)}"
+    if isinstance(start, UOp):
+        raise NotImplementedError(f"shrink: {where}: a symbolic start is not supported (kernels lay a symbolic dim "
+                                  "out from 0); crop from 0 to a symbolic end")  # fmt: skip
+    if isinstance(end, UOp):
+        if end is size:
+            return
+        if start != 0 or isinstance(size, UOp):
+            raise NotImplementedError(f"shrink: {where}: a symbolic end is supported from 0 of a dimension of fixed "
+                                      "size only")  # fmt: skip
+        low, high = sym_bounds(end)
+        if low < 0 or high > size:
+            raise ShapeError(f"shrink: {where}: the end takes values {low}..{high} over its Variables' ranges, "
+                             f"outside 0..{size}; give the Variable a range that fits")  # fmt: skip
+        return
+    limit = sym_value(size) if isinstance(size, UOp) else size  # an int crop of a symbolic dim: of its value now
+    if not 0 <= start <= end <= limit:
+        raise ShapeError(f"shrink: {where} (now {limit}) is outside it (need 0 <= start <= end <= size)")
+
+
+def reshape(x: Tensor, shape: tuple) -> Tensor:
+    """x with a new shape where either shape holds a symbolic size: symbolic dims stay whole, in order, and the
+    fixed dims between them keep their products; a symbolic dim may become the int it is now (a crop)."""
+    shape = tuple(_checked(s, "reshape") for s in shape)
+    if len(shape) == x.ndim and all(_same_or_now(old, new) for old, new in zip(x.shape, shape)):
+        if shape == x.shape:
+            return x
+        cropped = shrink(x, tuple((0, new) if isinstance(old, UOp) and old is not new else None
+                                  for old, new in zip(x.shape, shape)))  # fmt: skip
+        return cropped if cropped.shape == shape else cropped._movement(Ops.RESHAPE, shape)
+    if any(isinstance(s, int) and s < 0 for s in shape):
+        raise NotImplementedError(f"reshape: -1 with a symbolic shape: name every size of {shape_text(shape)}")
+    if _segments(x.shape) != _segments(shape):
+        raise NotImplementedError(f"reshape: {shape_text(x.shape)} to {shape_text(shape)}: a symbolic dim must stay a "
+                                  "dim of its own, in order, with the fixed sizes between symbolic dims keeping their "
+                                  "products (kernels lay a symbolic dim out at its largest)")  # fmt: skip
+    return x._movement(Ops.RESHAPE, shape)
+
+
+def _same_or_now(old: Any, new: Any) -> bool:
+    """Whether `new` is the size `old` (or, for a symbolic `old` and an int `new`, the value `old` has now)."""
+    if old is new or (not isinstance(old, UOp) and not isinstance(new, UOp) and old == new):
+        return True
+    return isinstance(old, UOp) and not isinstance(new, UOp) and sym_value(old) == new
+
+
+def _segments(shape: tuple) -> list:
+    """The symbolic sizes of a shape in order, with the product of the fixed sizes before, between and after."""
+    parts, run = [], []
+    for s in shape:
+        if isinstance(s, UOp):
+            parts += [prod(run), s]
+            run = []
+        else:
+            run.append(s)
+    return [*parts, prod(run)]
+
+
+def expand(x: Tensor, shape: tuple) -> Tensor:
+    """x broadcast to `shape` where it holds a symbolic size (-1 or None keeps a size)."""
+    shape = tuple(-1 if s is None else _checked(s, "expand") for s in shape)
+    if len(shape) < x.ndim:
+        raise ShapeError(f"expand: the target shape {shape_text(shape)} has fewer dimensions than {shape_text(x.shape)}")
+    padded = (1,) * (len(shape) - x.ndim) + x.shape
+    new = tuple(old if isinstance(s, int) and s == -1 else s for s, old in zip(shape, padded))
+    for old, s in zip(padded, new):
+        if old is not s and not (isinstance(old, int) and old == 1) and not (isinstance(old, int) and old == s):
+            raise ShapeError(f"expand: cannot expand shape {shape_text(x.shape)} to {shape_text(shape)}: only "
+                             "size-1 dimensions grow")  # fmt: skip
+    y = reshape(x, padded) if padded != x.shape else x
+    return y if new == y.shape else y._movement(Ops.EXPAND, new)
+
+
+def symbolic_slices(index: Any) -> bool:
+    """Whether an index holds a slice with a symbolic bound (t[:, :i])."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, slice) and has_symbolic((i.start, i.stop, i.step)) for i in items)
+
+
+def sliced(x: Tensor, index: Any) -> Tensor:
+    """x[index] for an index of slices and `...` where a slice has a symbolic stop (x[:, :i], x[..., 2:i])."""
+    items = list(index if isinstance(index, tuple) else (index,))
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("index: an index can only have a single ellipsis ('...')")
+    if any(not (isinstance(i, slice) or i is Ellipsis) for i in items):
+        raise NotImplementedError("index: with a symbolic slice, the other items must be slices or '...'")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
+    if len(items) > x.ndim:
+        raise IndexError(f"index: too many indices for a tensor of shape {shape_text(x.shape)}: got {len(items)}")
+    items += [slice(None)] * (x.ndim - len(items))
+    pairs = []
+    for item, size in zip(items, x.shape):
+        if item.step not in (None, 1):
+            raise NotImplementedError(f"index: a slice with step {_name(item.step)} beside a symbolic slice")
+        start = 0 if item.start is None else item.start
+        stop = size if item.stop is None else item.stop
+        if isinstance(start, int) and start < 0 or isinstance(stop, int) and stop < 0:
+            raise NotImplementedError("index: negative bounds beside a symbolic slice; write them from 0")
+        pairs.append((start, stop))
+    return shrink(x, tuple(pairs))
