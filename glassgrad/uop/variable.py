@@ -12,7 +12,7 @@ Only elements below a symbolic dim's current size are ever computed or read, so 
 from __future__ import annotations
 
 from glassgrad.dtype import dtypes
-from glassgrad.uop.ops import Ops, UOp, render_sint
+from glassgrad.uop.ops import GroupOp, Ops, UOp, render_sint
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import bounds, symbolic
 
@@ -119,3 +119,23 @@ def size_expr(size: int, dtype=dtypes.int) -> UOp:
 def kernel_vars(program: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
     """A kernel's variables in the order of its int parameters (by name, after the buffers)."""
     return sorted({u for u in program if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
+
+
+def _rebound_arg(arg, vals: dict[UOp, int]):
+    if isinstance(arg, tuple):
+        new = tuple(_rebound_arg(a, vals) for a in arg)
+        return arg if all(a is b for a, b in zip(new, arg)) else new
+    if not isinstance(arg, UOp):
+        return arg
+    binds = {n: n.src[0].bind(vals[n.src[0]]) for n in arg.toposort() if n.op is Ops.BIND and n.src[0] in vals}
+    return arg.substitute(binds) if binds else arg
+
+
+def rebind(root: UOp, vals: dict[UOp, int]) -> UOp:
+    """The graph with each bound variable of its sizes bound to its value in `vals` instead (a TinyJit replay's)."""
+    new: dict[UOp, UOp] = {}
+    for node in root.toposort():
+        src = tuple(new[s] for s in node.src)
+        arg = _rebound_arg(node.arg, vals) if node.op in GroupOp.Movement else node.arg
+        new[node] = node if src == node.src and arg is node.arg else UOp(node.op, node.dtype, src, arg)
+    return new[root]
