@@ -360,7 +360,7 @@ class IndexMixin:
 
     def __getitem__(self, index: Any) -> Tensor:
         """t[index] as in PyTorch: ints, slices, None, ..., int tensors and lists, bool masks (realized to count)."""
-        if symbolic_shapes.symbolic_slices(index):  # t[:, :i] with a bound Variable i
+        if symbolic_shapes.symbolic_index(self, index):  # t[:, :i] with a bound Variable i
             return symbolic_shapes.sliced(self, index)
         basic, advanced = _parse_index(self, index)
         viewed = _BasicPlan(self.shape, basic).apply(self)

@@ -132,27 +132,33 @@ def expand(x: Tensor, shape: tuple) -> Tensor:
     return y if new == y.shape else y._movement(Ops.EXPAND, new)
 
 
-def symbolic_slices(index: Any) -> bool:
-    """Whether an index holds a slice with a symbolic bound (t[:, :i])."""
+def symbolic_index(x: Tensor, index: Any) -> bool:
+    """Whether x[index] involves a symbolic size: a slice with a symbolic bound (t[:, :i]), or x's shape."""
     items = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, slice) and has_symbolic((i.start, i.stop, i.step)) for i in items)
+    return has_symbolic(x.shape) or any(isinstance(i, slice) and has_symbolic((i.start, i.stop, i.step)) for i in items)
 
 
 def sliced(x: Tensor, index: Any) -> Tensor:
-    """x[index] for an index of slices and `...` where a slice has a symbolic stop (x[:, :i], x[..., 2:i])."""
+    """x[index] for an index of ints, slices from 0 and `...` where a size or a slice's stop is symbolic
+    (x[:, :i], x[0][:, :i])."""
     items = list(index if isinstance(index, tuple) else (index,))
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("index: an index can only have a single ellipsis ('...')")
-    if any(not (isinstance(i, slice) or i is Ellipsis) for i in items):
-        raise NotImplementedError("index: with a symbolic slice, the other items must be slices or '...'")
+    if any(not (isinstance(i, (slice, int)) or i is Ellipsis) or isinstance(i, bool) for i in items):
+        raise NotImplementedError("index: with a symbolic size, an index may hold ints, slices and '...' only")
     if Ellipsis in items:
         at = items.index(Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
     if len(items) > x.ndim:
         raise IndexError(f"index: too many indices for a tensor of shape {shape_text(x.shape)}: got {len(items)}")
     items += [slice(None)] * (x.ndim - len(items))
-    pairs = []
+    pairs, kept = [], []
     for item, size in zip(items, x.shape):
+        if isinstance(item, int):
+            if isinstance(size, UOp) or not -size <= item < size:
+                raise IndexError(f"index: index {item} is out of bounds for a dimension of size {_name(size)}")
+            pairs.append((item % size, item % size + 1))
+            continue
         if item.step not in (None, 1):
             raise NotImplementedError(f"index: a slice with step {_name(item.step)} beside a symbolic slice")
         start = 0 if item.start is None else item.start
@@ -160,4 +166,6 @@ def sliced(x: Tensor, index: Any) -> Tensor:
         if isinstance(start, int) and start < 0 or isinstance(stop, int) and stop < 0:
             raise NotImplementedError("index: negative bounds beside a symbolic slice; write them from 0")
         pairs.append((start, stop))
-    return shrink(x, tuple(pairs))
+        kept.append(len(pairs) - 1)
+    cropped = shrink(x, tuple(pairs))
+    return cropped if len(kept) == x.ndim else reshape(cropped, tuple(cropped.shape[d] for d in kept))
