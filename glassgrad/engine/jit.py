@@ -79,6 +79,8 @@ def _describe(kind: tuple) -> str:
         return f"{kind[1].__name__} of [{', '.join(_describe(k) for k in kind[2])}]"
     if kind[0] == "dict":
         return f"{kind[1].__name__} of {{{', '.join(f'{k!r}: {_describe(v)}' for k, v in kind[2])}}}"
+    if kind[0] == "Variable":
+        return "Variable {} bound to a value in {}..{}".format(*kind[2].arg)
     return f"{kind[1].__name__} {kind[2]!r}"
 
 
@@ -174,7 +176,9 @@ class TinyJit(Generic[R]):
             captures().remove(recorded)
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
         self.checking = checking_kernels(recorded)
-        self.variables = {v for item in recorded if isinstance(item.runner, CompiledKernel) for v in item.runner.spec.vars}
+        self.variables = {
+            v for item in recorded if isinstance(item.runner, CompiledKernel) for v in item.runner.spec.vars
+        }
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip

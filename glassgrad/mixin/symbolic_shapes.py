@@ -121,7 +121,9 @@ def expand(x: Tensor, shape: tuple) -> Tensor:
     """x broadcast to `shape` where it holds a symbolic size (-1 or None keeps a size)."""
     shape = tuple(-1 if s is None else _checked(s, "expand") for s in shape)
     if len(shape) < x.ndim:
-        raise ShapeError(f"expand: the target shape {shape_text(shape)} has fewer dimensions than {shape_text(x.shape)}")
+        raise ShapeError(
+            f"expand: the target shape {shape_text(shape)} has fewer dimensions than {shape_text(x.shape)}"
+        )
     padded = (1,) * (len(shape) - x.ndim) + x.shape
     new = tuple(old if isinstance(s, int) and s == -1 else s for s, old in zip(shape, padded))
     for old, s in zip(padded, new):
@@ -139,33 +141,39 @@ def symbolic_index(x: Tensor, index: Any) -> bool:
 
 
 def sliced(x: Tensor, index: Any) -> Tensor:
-    """x[index] for an index of ints, slices from 0 and `...` where a size or a slice's stop is symbolic
-    (x[:, :i], x[0][:, :i])."""
+    """x[index] for an index of ints, slices from 0, None and `...` where a size or a slice's stop is symbolic
+    (x[:, :i], x[0][:, :i], x[:, None])."""
     items = list(index if isinstance(index, tuple) else (index,))
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("index: an index can only have a single ellipsis ('...')")
-    if any(not (isinstance(i, (slice, int)) or i is Ellipsis) or isinstance(i, bool) for i in items):
-        raise NotImplementedError("index: with a symbolic size, an index may hold ints, slices and '...' only")
+    if any(not (isinstance(i, (slice, int)) or i is Ellipsis or i is None) or isinstance(i, bool) for i in items):
+        raise NotImplementedError("index: with a symbolic size, an index may hold ints, slices, None and '...' only")
+    used = sum(i is not None and i is not Ellipsis for i in items)
+    if used > x.ndim:
+        raise IndexError(f"index: too many indices for a tensor of shape {shape_text(x.shape)}: got {used}")
     if Ellipsis in items:
         at = items.index(Ellipsis)
-        items[at : at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
-    if len(items) > x.ndim:
-        raise IndexError(f"index: too many indices for a tensor of shape {shape_text(x.shape)}: got {len(items)}")
-    items += [slice(None)] * (x.ndim - len(items))
-    pairs, kept = [], []
-    for item, size in zip(items, x.shape):
+        items[at : at + 1] = [slice(None)] * (x.ndim - used)
+    items += [slice(None)] * (x.ndim - used - (Ellipsis in items))
+    pairs, kept = [], []  # the crop of each dim of x; the result's dims: a dim of x kept, or None for a new one
+    for item in items:
+        if item is None:
+            kept.append(None)
+            continue
+        size = x.shape[len(pairs)]
         if isinstance(item, int):
             if isinstance(size, UOp) or not -size <= item < size:
                 raise IndexError(f"index: index {item} is out of bounds for a dimension of size {_name(size)}")
             pairs.append((item % size, item % size + 1))
             continue
         if item.step not in (None, 1):
-            raise NotImplementedError(f"index: a slice with step {_name(item.step)} beside a symbolic slice")
+            raise NotImplementedError(f"index: a slice with step {_name(item.step)} beside a symbolic size")
         start = 0 if item.start is None else item.start
         stop = size if item.stop is None else item.stop
         if isinstance(start, int) and start < 0 or isinstance(stop, int) and stop < 0:
-            raise NotImplementedError("index: negative bounds beside a symbolic slice; write them from 0")
+            raise NotImplementedError("index: negative bounds beside a symbolic size; write them from 0")
         pairs.append((start, stop))
         kept.append(len(pairs) - 1)
     cropped = shrink(x, tuple(pairs))
-    return cropped if len(kept) == x.ndim else reshape(cropped, tuple(cropped.shape[d] for d in kept))
+    final = tuple(1 if d is None else cropped.shape[d] for d in kept)
+    return cropped if final == cropped.shape else reshape(cropped, final)

@@ -9,7 +9,7 @@ from typing import Any
 
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
-from glassgrad.uop.variable import SymDim, shadow
+from glassgrad.uop.variable import SymDim, shadow_arg
 
 
 def _symbolic_in(arg: Any) -> bool:
@@ -18,14 +18,8 @@ def _symbolic_in(arg: Any) -> bool:
     return isinstance(arg, UOp)
 
 
-def _shadowed(arg: Any) -> Any:
-    if isinstance(arg, tuple):
-        return tuple(_shadowed(a) for a in arg)
-    return shadow(arg) if isinstance(arg, UOp) else arg
-
-
 def _shadow_movement(mv: UOp) -> UOp | None:
-    return mv.replace(arg=_shadowed(mv.arg)) if _symbolic_in(mv.arg) else None
+    return mv.replace(arg=shadow_arg(mv.arg)) if _symbolic_in(mv.arg) else None
 
 
 # a movement op's symbolic sizes as the SymDims kernels are built with (run by kernelize with its operand rules)

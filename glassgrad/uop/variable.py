@@ -109,6 +109,13 @@ def shadow(x: sint) -> int:
     return expr.arg if expr.op is Ops.CONST else SymDim(expr)
 
 
+def shadow_arg(arg):
+    """A movement op's arg (sizes, or pairs of them) with each symbolic size as its SymDim."""
+    if isinstance(arg, tuple):
+        return tuple(shadow_arg(a) for a in arg)
+    return shadow(arg) if isinstance(arg, UOp) else arg
+
+
 def size_expr(size: int, dtype=dtypes.int) -> UOp:
     """A loop bound as a node: the constant, or a SymDim's expression (its variables are kernel parameters)."""
     if isinstance(size, SymDim):

@@ -11,7 +11,7 @@ from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import simplify
-from glassgrad.uop.variable import SymDim
+from glassgrad.uop.variable import SymDim, shadow_arg
 
 Range = tuple[int, int]  # [lo, hi) along one dim
 
@@ -449,7 +449,7 @@ def _compose(lower: View, upper: View) -> View | None:
 
 def apply_movement(st: ShapeTracker, mv: UOp) -> ShapeTracker:
     """The tracker with the movement op `mv` applied (RESHAPE -> st.reshape(arg), ...)."""
-    return getattr(st, mv.op.name.lower())(mv.arg)
+    return getattr(st, mv.op.name.lower())(shadow_arg(mv.arg))  # a symbolic size laid out at its largest
 
 
 def chain_view(node: UOp) -> ShapeTracker:
