@@ -208,8 +208,10 @@ def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: d
         return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
     kernel = get_kernel(bufs[0].device, item.ast)
     if missing := [v.arg[0] for v in kernel.spec.vars if v not in (var_vals or {})]:
-        raise UnboundVariableError(f"realize: kernel {kernel.spec.name} needs the value of Variable "
-                                   f"{', '.join(missing)}, which no shape bound; bind it with .bind(value)")  # fmt: skip
+        raise UnboundVariableError(
+            f"realize: kernel {kernel.spec.name} needs the value of Variable "
+            f"{', '.join(missing)}, which no shape bound; bind it with .bind(value)"
+        )
     own = {v: var_vals[v] for v in kernel.spec.vars} if kernel.spec.vars else None
     return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs, own)
 

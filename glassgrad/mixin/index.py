@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
+from glassgrad.mixin import symbolic_shapes
 from glassgrad.mixin.index_forms import as_tuple_index, positions
 from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
-from glassgrad.mixin import symbolic_shapes
 from glassgrad.tensor_checks import checked_index, out_of_bounds
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.errors import ArgumentError
-from glassgrad.mixin import symbolic_shapes
 from glassgrad.helpers import prod
+from glassgrad.mixin import symbolic_shapes
 from glassgrad.shape import ShapeError, distinct_dims, int_args, shape_arg, unwrapped
 from glassgrad.uop.ops import Ops, UOp
 
