@@ -389,7 +389,8 @@ class CKernelWriter:
         handlers: dict[Ops, Callable[[UOp], None]] = {
             Ops.DEFINE_GLOBAL: self.define_global, Ops.DEFINE_VAR: self.define_var, Ops.CONST: self.const,
             Ops.RANGE: self.range, Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load,
-            Ops.STORE: self.store, Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign, Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
+            Ops.STORE: self.store, Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign,
+            Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
         } | self.dialect_handlers()  # fmt: skip
         self.params: list[str] = []
         for u in self.program:
