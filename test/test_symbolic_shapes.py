@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import glassgrad
-from glassgrad import Tensor, TinyJit, Variable
-from glassgrad.codegen import get_program
+from glassgrad import Device, Tensor, TinyJit, Variable
+from glassgrad.codegen import get_program, symbolic_axes
+from glassgrad.codegen.opt import Opt
 from glassgrad.engine import realize
 from glassgrad.engine.jit import JitError
 from glassgrad.renderer.cuda import CUDARenderer
@@ -217,3 +218,19 @@ def test_a_symbolic_kernel_renders_and_compiles_for_cuda():
     spec = get_program(item.ast, CUDARenderer())
     assert "int var_i" in spec.src and spec.vars == (Variable("i", 1, 9),)
     assert ops_cuda.NVRTCCompiler("sm_80").compile(spec.src)
+
+
+def test_a_symbolic_kernel_is_optimized_along_its_fixed_axes_only():
+    q, k = Tensor.empty(1, 4, 1, 64), Tensor.empty(1, 4, 128, 64)
+    vi = Variable("i", 1, 128).bind(7)
+    items = q.scaled_dot_product_attention(k[:, :, :vi], k[:, :, :vi]).schedule()
+    optimized = 0
+    for item in items:
+        symbolic, spec = symbolic_axes(item.ast), get_program(item.ast, Device["CPU"].renderer)
+        assert symbolic and all(o.axis not in symbolic for o in spec.opts)
+        optimized += bool(spec.opts)
+    assert optimized >= 2  # the scores' sum over the head size, the output's head size
+    scores = items[0].ast
+    (axis,) = symbolic_axes(scores)
+    with pytest.raises(ValueError, match="symbolic size"):
+        get_program(scores, Device["CPU"].renderer, (Opt("UPCAST", axis, 2),))

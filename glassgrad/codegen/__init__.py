@@ -42,8 +42,11 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     """The optimization actions a kernel gets: none with NOOPT=1, else tensor cores or the heuristics (a BEAM=N search,
     engine/beam.py, times candidates on the device and passes its choice in as `opts`)."""
     check_kernel_ast(ast, "choose_opts")
-    if NOOPT or symbolic_kernel(ast):  # a symbolic loop runs as it is: no action splits a size it doesn't know
+    if NOOPT:
         return ()
+    if symbolic := symbolic_axes(ast):  # a symbolic loop runs whole: no action splits a size it does not know
+        opts = () if renderer is None else hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local)
+        return tuple(o for o in opts if o.axis not in symbolic)
     if tensor_cores := tensor_core_opts(ast, renderer):  # a matrix product of floats, on a renderer with tiles
         return tensor_cores
     if renderer is None:
@@ -51,8 +54,15 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
 
 
+def symbolic_axes(ast: UOp) -> set[int]:
+    """The axes of a kernel whose size is symbolic (uop/variable.py): loops that run to a Variable's expression."""
+    found = {a for a, s in enumerate(ast.src[0].src[1].arg.shape) if isinstance(s, SymDim)}
+    reduces = (n for n in ast.toposort() if n.op is Ops.REDUCE_AXIS)
+    return found | {a for r in reduces for a in r.arg[1] if isinstance(r.src[0].shape[a], SymDim)}
+
+
 def symbolic_kernel(ast: UOp) -> bool:
-    """Whether a kernel has a symbolic size (uop/variable.py): a loop that runs to a Variable's expression."""
+    """Whether a kernel has a symbolic size anywhere (a loop of a view inside it, too)."""
     return any(isinstance(s, SymDim) for n in ast.toposort() if n.op is Ops.VIEW for s in n.arg.shape)
 
 

@@ -175,6 +175,8 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
+                if isinstance(size, SymDim) and (self._unroll(node, axis) > 1 or self.group.get(axis) is not None):
+                    raise ValueError(f"reduced axis {axis} has the symbolic size {size!r}; no action splits it")
                 if size % self._unroll(node, axis):
                     raise ValueError(
                         f"UNROLL({axis}, {self._unroll(node, axis)}) does not divide the reduced axis of {size}"
@@ -183,7 +185,7 @@ class Lowerer:
                 if thread is not None and size // self._unroll(node, axis) < 2:
                     raise ValueError(f"GROUP({axis}, {thread.arg[1]}) needs a loop of 2 or more iterations to share; "
                                      f"reduced axis {axis} has {size // self._unroll(node, axis)} left")  # fmt: skip
-                size = size if isinstance(size, SymDim) else size // self._unroll(node, axis)  # (none unrolls it)
+                size = size if isinstance(size, SymDim) else size // self._unroll(node, axis)
                 ranges[axis] = make_range(self.next_axis, size, self.idx_dtype, thread)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
@@ -302,6 +304,8 @@ class OutputLoops:
             if not 0 <= o.axis < len(shape):
                 raise ValueError(f"{o}: the output has no axis {o.axis} (it has {len(shape)})")
             size, stride = self.main[o.axis]
+            if isinstance(size, SymDim):
+                raise ValueError(f"{o}: output axis {o.axis} has the symbolic size {size!r}; no action splits it")
             if o.amount < 1 or size % o.amount:
                 raise ValueError(f"{o} does not divide output axis {o.axis}, whose loop has {size} iterations left")
             if o.op == "LOCAL":  # like an UPCAST, but its outputs go to neighbouring threads instead of lanes
