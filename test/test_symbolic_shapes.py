@@ -234,3 +234,49 @@ def test_a_symbolic_kernel_is_optimized_along_its_fixed_axes_only():
     (axis,) = symbolic_axes(scores)
     with pytest.raises(ValueError, match="symbolic size"):
         get_program(scores, Device["CPU"].renderer, (Opt("UPCAST", axis, 2),))
+
+
+# ---- backward: a symbolic crop's gradient pads back to the fixed size ----
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_gradients_through_a_symbolic_length_match_pytorch(name, device):
+    program = PROGRAMS[name]
+    an, bn = _data(3, 9), _data(3, 9, seed=1)
+    wn = _data(3, 9, seed=2)
+    for i in VALUES:
+        vi = Variable("i", 1, 9).bind(i)
+        a, b = Tensor(an, device=device, requires_grad=True), Tensor(bn, device=device, requires_grad=True)
+        out = program(a[:, :vi], b[:, :vi])
+        # a weight for each output element (the gradient is not all ones): (3, i), (3,) or (3, 3)
+        weights = wn[:, :i] if out.shape[1:] == (vi,) else wn[:, 0] if out.ndim == 1 else wn[:, :3]
+        w = Tensor(wn, device=device)[:, :vi] if out.shape[1:] == (vi,) else Tensor(weights, device=device)
+        (out * w).sum().backward()
+        ta, tb = (torch.from_numpy(n).requires_grad_() for n in (an, bn))
+        (program(ta[:, :i], tb[:, :i]) * torch.from_numpy(weights)).sum().backward()
+        for ours, theirs in ((a, ta), (b, tb)):  # (max keepdim reads no b: neither has a gradient)
+            assert (ours.grad is None) == (theirs.grad is None)
+            if theirs.grad is not None:
+                np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_gradients_over_a_symbolic_number_of_keys_match_pytorch():
+    qn, kn, vn = _data(2, 1, 8), _data(2, 10, 8, seed=1), _data(2, 10, 8, seed=2)
+    for i in (1, 7, 10):
+        vi = Variable("len", 1, 10).bind(i)
+        q, k, v = (Tensor(n, requires_grad=True) for n in (qn, kn, vn))
+        q.scaled_dot_product_attention(k[:, :vi], v[:, :vi]).square().sum().backward()
+        tq, tk, tv = (torch.from_numpy(n).requires_grad_() for n in (qn, kn, vn))
+        torch.nn.functional.scaled_dot_product_attention(tq, tk[:, :i], tv[:, :i]).square().sum().backward()
+        for ours, theirs in ((q, tq), (k, tk), (v, tv)):
+            np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_pads_of_a_symbolic_dim_other_than_back_to_a_fixed_size_are_errors():
+    vi = Variable("i", 1, 9).bind(4)
+    x = Tensor(_data(3, 9))[:, :vi]
+    with pytest.raises(NotImplementedError, match="pads back to a fixed size only"):
+        x.pad(((0, 0), (0, 2)))
+    with pytest.raises(ShapeError, match="would crop it"):
+        x.pad(((0, 0), (0, 7 - vi)))
+    np.testing.assert_allclose(x.pad(((0, 0), (1, 10 - vi))).numpy()[:, 1:5], _data(3, 9)[:, :4])

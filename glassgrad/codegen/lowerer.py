@@ -129,7 +129,10 @@ class Lowerer:
         return self.memo[key]
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
-        if node.op is Ops.CONST:
+        if node.op in (
+            Ops.CONST,
+            Ops.DEFINE_VAR,
+        ):  # (a Variable: a padded symbolic dim's end, schedule/symbolic_shapes.py)
             return node
         if node.op is Ops.ARANGE:
             return idxs[0].cast(node.dtype)

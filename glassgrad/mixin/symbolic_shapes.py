@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.helpers import prod
 from glassgrad.shape import ShapeError
-from glassgrad.uop.ops import Ops, UOp, render_sint
+from glassgrad.uop.ops import Ops, UOp, render_sint, size_sum
 from glassgrad.uop.variable import sym_bounds, sym_value
 
 if TYPE_CHECKING:
@@ -132,6 +132,27 @@ def expand(x: Tensor, shape: tuple) -> Tensor:
                              "size-1 dimensions grow")  # fmt: skip
     y = reshape(x, padded) if padded != x.shape else x
     return y if new == y.shape else y._movement(Ops.EXPAND, new)
+
+
+def pad(x: Tensor, arg: Any, mode: str = "constant", value: float | None = None) -> Tensor:
+    """x padded with zeros where a size is symbolic: a symbolic dim only back to a fixed size (the gradient of a
+    symbolic crop), from ints before it; other dims by ints."""
+    pairs = tuple((0, 0) if p is None else (_checked(p[0], "pad"), _checked(p[1], "pad")) for p in arg)
+    if len(pairs) != x.ndim or mode != "constant" or value:
+        raise NotImplementedError(f"pad: with a symbolic size, give one (before, after) pair per dimension of "
+                                  f"{shape_text(x.shape)} and pad with zeros (mode 'constant')")  # fmt: skip
+    for (before, after), size in zip(pairs, x.shape):
+        grown = size_sum(size, before, after)
+        if isinstance(before, UOp) or (isinstance(before, int) and before < 0) or (isinstance(grown, UOp) and
+                                                                                   grown is not size):  # fmt: skip
+            raise NotImplementedError(
+                f"pad: ({_name(before)}, {_name(after)}) of a dimension of size {_name(size)}: "
+                "a symbolic size pads back to a fixed size only, from an int before it"
+            )
+        if isinstance(grown, int) and (grown < sym_bounds(size)[1] + before or sym_bounds(after)[0] < 0):
+            raise ShapeError(f"pad: ({_name(before)}, {_name(after)}) of a dimension of size {_name(size)} would "
+                             "crop it for some values of its Variables")  # fmt: skip
+    return x if all(p == (0, 0) for p in pairs) else x._movement(Ops.PAD, pairs)
 
 
 def symbolic_index(x: Tensor, index: Any) -> bool:

@@ -5,11 +5,14 @@ tensors it answers for get their shapes back as bound expressions."""
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
-from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.dtype import dtypes
+from glassgrad.uop.ops import GroupOp, Ops, UOp, size_sum
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
-from glassgrad.uop.variable import SymDim, shadow_arg
+from glassgrad.uop.variable import SymDim, shadow_arg, unbound
 
 
 def _symbolic_in(arg: Any) -> bool:
@@ -22,8 +25,38 @@ def _shadow_movement(mv: UOp) -> UOp | None:
     return mv.replace(arg=shadow_arg(mv.arg)) if _symbolic_in(mv.arg) else None
 
 
+def _shadow_pad(pad: UOp) -> UOp | None:
+    """A symbolic dim padded back to a fixed size (mixin/symbolic_shapes.py pad): its room above the current size
+    holds whatever the layout left there, so the pad is laid out from the largest size and zeros the elements from
+    the current end on, a comparison with the kernel's Variable."""
+    if not _symbolic_in(pad.arg):
+        return None
+    x, pairs, ends = pad.src[0], [], []
+    for d, ((before, after), size) in enumerate(zip(pad.arg, x.shape, strict=True)):
+        if not isinstance(after, UOp):
+            pairs.append((before, after))
+            continue
+        total = size_sum(size.expr, before, unbound(after))  # (mixin/symbolic_shapes.py made it an int)
+        pairs.append((before, total - before - int(size)))
+        ends.append((d, total, size_sum(size.expr, before)))
+    # the padded dims at their largest size, an int: a SHRINK to it (no crop) makes them fixed dims
+    fixed = tuple((0, int(s)) if d in {e[0] for e in ends} else (0, s) for d, s in enumerate(x.shape))
+    padded = pad.replace(src=(UOp(Ops.SHRINK, x.dtype, (x,), fixed),), arg=tuple(pairs))
+    device = UOp(Ops.DEVICE, dtypes.void, (), pad.device)
+    valid = [_positions_below(device, d, total, end, padded.shape) for d, total, end in ends]
+    return functools.reduce(operator.and_, valid).where(padded, padded.const_like(0))
+
+
+def _positions_below(device: UOp, axis: int, size: int, end: UOp, shape: tuple) -> UOp:
+    """Whether each element's index along `axis` (of `size`) is below `end`, broadcast to `shape`."""
+    index = UOp(Ops.ARANGE, dtypes.int, (device,), size)
+    along = UOp(Ops.RESHAPE, dtypes.int, (index,), tuple(size if d == axis else 1 for d in range(len(shape))))
+    return UOp(Ops.EXPAND, dtypes.int, (along,), shape).alu(Ops.CMPLT, end)
+
+
 # a movement op's symbolic sizes as the SymDims kernels are built with (run by kernelize with its operand rules)
-shadow_sizes = PatternMatcher([(UPat(GroupOp.Movement, name="mv"), _shadow_movement)])
+shadow_sizes = PatternMatcher([(UPat(Ops.PAD, name="pad"), _shadow_pad),
+                               (UPat(GroupOp.Movement, name="mv"), _shadow_movement)])  # fmt: skip
 
 
 def _pairs_of(original: Any, shadowed: Any, found: dict[SymDim, UOp]) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -258,7 +260,36 @@ class UOp(BinaryOperators):
 
 
 def _pad_shape(shape, arg):
-    return tuple(s if before == after == 0 else s + before + after for s, (before, after) in zip(shape, arg))
+    return tuple(s if before == after == 0 else size_sum(s, before, after) for s, (before, after) in zip(shape, arg))
+
+
+def _terms(x: Any, scale: int, found: dict) -> None:
+    """Add scale * x to `found` (an expression's terms: each non-sum node to its factor, None to the constant)."""
+    if isinstance(x, int) or x.op is Ops.CONST:
+        found[None] = found.get(None, 0) + scale * (x if isinstance(x, int) else x.arg)
+    elif x.op is Ops.ADD:
+        _terms(x.src[0], scale, found)
+        _terms(x.src[1], scale, found)
+    elif x.op is Ops.NEG:
+        _terms(x.src[0], -scale, found)
+    elif x.op is Ops.MUL and x.src[1].op is Ops.CONST:
+        _terms(x.src[0], scale * x.src[1].arg, found)
+    else:
+        found[x] = found.get(x, 0) + scale
+
+
+def size_sum(*sizes: Any) -> Any:
+    """The sum of sizes (ints and symbolic ones, uop/variable.py) with like terms collected: an int where the
+    variables cancel (a symbolic dim padded back to a fixed size), the one term itself where it is alone."""
+    if all(isinstance(s, int) for s in sizes):
+        return sum(sizes)
+    found: dict = {}
+    for s in sizes:
+        _terms(s, 1, found)
+    constant = found.pop(None, 0)
+    terms = [t if f == 1 else t * f for t, f in found.items() if f != 0]
+    total = functools.reduce(operator.add, terms) if terms else constant
+    return total + constant if terms and constant else total
 
 
 # How each Tensor-level op derives its shape from its sources and arg.
@@ -270,7 +301,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.EXPAND: lambda u: tuple(u.arg),
     Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
     Ops.PAD: lambda u: _pad_shape(u.src[0].shape, u.arg),
-    Ops.SHRINK: lambda u: tuple(end if start == 0 else end - start for start, end in u.arg),  # a symbolic end kept
+    Ops.SHRINK: lambda u: tuple(end if start == 0 else size_sum(end, -start) for start, end in u.arg),
     Ops.FLIP: lambda u: u.src[0].shape,
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
