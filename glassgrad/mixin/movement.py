@@ -102,6 +102,10 @@ class MovementMixin:
                                  "flip"))  # fmt: skip
         if not axes:
             return self
+        if any(symbolic_shapes.has_symbolic(self.shape[a]) for a in axes):
+            shape = symbolic_shapes.shape_text(self.shape)
+            raise NotImplementedError(f"flip: dimension {min(axes)} of {shape} is symbolic (a flip would read it "
+                                      "from its largest size down); flip a fixed dimension")  # fmt: skip
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:

@@ -220,6 +220,12 @@ class UOp(BinaryOperators):
 
     # ---- symbolic ints (tinygrad's Variable: uop/variable.py) ----
 
+    def __index__(self) -> int:  # a symbolic size where an int is needed: numpy(), a range, a list's slice
+        raise TypeError(
+            f"the symbolic size {render_sint(self)} is not an int: reshape a tensor of a symbolic shape "
+            "to ints (t.reshape(3, 4) for (3, i=4)) before reading it"
+        )
+
     @staticmethod
     def variable(name: str, min_val: int, max_val: int) -> UOp:
         """A symbolic int named `name` that takes values min_val..max_val (bind it to a value with .bind(value))."""

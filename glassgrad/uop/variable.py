@@ -22,11 +22,6 @@ sint = int | UOp  # a size: an int, or an int expression of bound variables
 Variable = UOp.variable  # tinygrad's name: Variable(name, min, max)
 
 
-def is_symbolic(x: object) -> bool:
-    """Whether a size is symbolic (a UOp expression), not an int."""
-    return isinstance(x, UOp)
-
-
 def unbound(x: UOp) -> UOp:
     """The expression with each bound variable replaced by the variable itself."""
     binds = {n: n.src[0] for n in x.toposort() if n.op is Ops.BIND}
