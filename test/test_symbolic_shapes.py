@@ -289,3 +289,18 @@ def test_reading_or_flipping_a_symbolic_shape_is_a_clear_error():
     with pytest.raises(NotImplementedError, match=r"flip: dimension 1 of \(3, i=4\) is symbolic"):
         x.flip(1)
     np.testing.assert_allclose(x.flip(0).reshape(3, 4).numpy(), _data(3, 9)[::-1, :4])
+
+
+def test_tinyjit_refuses_a_replay_whose_kernels_hold_another_value():
+    """A function that crops a symbolic size back to ints bakes the capture's value into its kernels: a replay with
+    another value is an error, never a result computed for the old one."""
+
+    @TinyJit
+    def first_values(x, n):
+        return (x[:, :n].reshape(2, n.val) * 2).realize()
+
+    x = Tensor(_data(2, 8)).realize()
+    for n in (3, 3, 3):
+        np.testing.assert_allclose(first_values(x, Variable("n", 1, 8).bind(n)).numpy(), x.numpy()[:, :n] * 2)
+    with pytest.raises(JitError, match="read the value of Variable n when captured"):
+        first_values(x, Variable("n", 1, 8).bind(5))

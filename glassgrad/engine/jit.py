@@ -24,7 +24,7 @@ from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops, UOp, value_readers
 from glassgrad.uop.variable import rebind, unbound
 
 R = TypeVar("R")
@@ -100,7 +100,7 @@ def _bound_values(args: tuple, kwargs: dict) -> dict[UOp, int]:
     sizes += [a for a in (*args, *kwargs.values()) if isinstance(a, UOp)]
     found: dict[UOp, int] = {}
     for bind in (n for s in sizes for n in s.toposort() if n.op is Ops.BIND):
-        var, value = bind.unbind()
+        var, value = bind.src[0], bind.src[1].arg  # (not unbind: the call's values, not the graph's use of them)
         if found.setdefault(var, value) != value:
             raise JitError(f"TinyJit: Variable {var.arg[0]} is bound to both {found[var]} and {value} in one call")
     return found
@@ -125,13 +125,14 @@ class TinyJit(Generic[R]):
         self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
         self.checking: list[CompiledKernel] = []  # the captured kernels that check values: read after each replay
         self.variables: set[UOp] = set()  # the Variables the captured kernels take: each replay binds them anew
+        self.values_read: dict[UOp, int] = {}  # Variables whose capture-time value the captured kernels hold
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
         self.sharing, self.internal, self.result_inputs, self.graph, self.checking = (), set(), [], None, []
-        self.written, self.variables = (set(), set()), set()
+        self.written, self.variables, self.values_read = (set(), set()), set(), {}
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -170,10 +171,13 @@ class TinyJit(Generic[R]):
     def _capture(self, args: tuple, kwargs: dict, inputs: list) -> R:
         recorded: list[ExecItem] = []
         captures().append(recorded)
+        value_readers.append(values_read := {})
         try:
             result = self._run_and_realize(args, kwargs)
         finally:
             captures().remove(recorded)
+            value_readers[:] = [r for r in value_readers if r is not values_read]
+        self.values_read = values_read
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
         self.checking = checking_kernels(recorded)
         self.variables = {
@@ -204,7 +208,11 @@ class TinyJit(Generic[R]):
     def _replay(self, args: tuple, kwargs: dict, inputs: list) -> R:
         buffers = [_buffer_of_tensor(t) for t in inputs]
         self._check_same_call(args, kwargs, buffers)
-        var_vals = _bound_values(args, kwargs) if self.variables else {}
+        var_vals = _bound_values(args, kwargs) if self.variables or self.values_read else {}
+        if changed := sorted(v.arg[0] for v, value in self.values_read.items() if var_vals.get(v, value) != value):
+            raise JitError(f"TinyJit: {self._name()} read the value of Variable {', '.join(changed)} when captured "
+                           "(a symbolic size cropped back to ints, or .val), so its kernels hold that value; it is "
+                           "now bound to another (call .reset() to capture again)")  # fmt: skip
         if missing := sorted(v.arg[0] for v in self.variables if v not in var_vals):
             raise JitError(f"TinyJit: {self._name()}'s kernels take Variable {', '.join(missing)}, which this call "
                            "does not bind: pass it bound, as an argument or in a tensor argument's shape")  # fmt: skip

@@ -114,7 +114,7 @@ def bound_values(order: list[UOp]) -> dict[UOp, int]:
     found: dict[UOp, int] = {}
     for size in (u for node in order if node.op in GroupOp.Movement for u in _sizes_in(node.arg)):
         for bind in (n for n in size.toposort() if n.op is Ops.BIND):
-            var, value = bind.unbind()
+            var, value = bind.src[0], bind.src[1].arg  # (not unbind: a value the engine reads, not the graph)
             if found.setdefault(var, value) != value:
                 raise ValueError(f"Variable {var.arg[0]} is bound to both {found[var]} and {value} in one realize")
     return found

@@ -252,17 +252,24 @@ class UOp(BinaryOperators):
         """(the variable, its value) of a bound variable."""
         if self.op is not Ops.BIND:
             raise TypeError(f"unbind: {render_sint(self)} is not a bound Variable")
+        for readers in value_readers:  # a TinyJit capture: a replay must not bind it to another value
+            readers.setdefault(self.src[0], self.src[1].arg)
         return self.src[0], self.src[1].arg
 
     @property
     def expr(self) -> str:
         """A variable's name."""
-        return self.unbind()[0].arg[0] if self.op is Ops.BIND else self.arg[0]
+        return self.src[0].arg[0] if self.op is Ops.BIND else self.arg[0]
 
     @property
     def val(self) -> int:
         """The value a bound variable has."""
         return self.unbind()[1]
+
+
+# Where a graph's sizes depend on a bound variable's value, not on the variable (a crop back to ints, code reading
+# .val): each dict here (a TinyJit capture's) is told the variable and the value (the engine reads values directly).
+value_readers: list[dict[UOp, int]] = []
 
 
 def _pad_shape(shape, arg):

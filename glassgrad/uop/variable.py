@@ -44,7 +44,7 @@ def sym_value(x: sint) -> int:
     if free:
         raise UnboundVariableError(f"the size {render_sint(x)} has no value: Variable {', '.join(free)} is not bound "
                                    "(use Variable(...).bind(value) in the shape)")  # fmt: skip
-    binds = {n: n.src[1] for n in x.toposort() if n.op is Ops.BIND}
+    binds = {n: UOp.const(dtypes.int, n.unbind()[1]) for n in x.toposort() if n.op is Ops.BIND}
     value = graph_rewrite(x.substitute(binds), symbolic)
     if value.op is not Ops.CONST:
         raise ValueError(f"the size {render_sint(x)} does not evaluate to an int")
