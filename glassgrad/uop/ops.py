@@ -211,10 +211,9 @@ class UOp(BinaryOperators):
         return pretty_print(self)
 
     def __bool__(self) -> bool:
-        # a comparison of symbolic sizes (`i < 3`) has no truth value until the variables are bound and a kernel runs
-        if self.op is Ops.CONST:
-            return bool(self.arg)
-        if self.dtype == dtypes.bool:
+        # a comparison of symbolic sizes (`if size < 0` on a shape holding a Variable) has no truth value: raise rather
+        # than take a branch (any other node is true, as every object is)
+        if self.dtype == dtypes.bool and any(n.op in (Ops.DEFINE_VAR, Ops.BIND) for n in self.toposort()):
             raise TypeError(f"the truth value of the symbolic comparison {render_sint(self)} is not known")
         return True
 
