@@ -15,7 +15,7 @@ from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime import ops_cuda
 from glassgrad.shape import ShapeError
 from glassgrad.uop.ops import Ops, UOp
-from glassgrad.uop.variable import UnboundVariableError
+from glassgrad.uop.variable import UnboundVariableError, sym_infer
 from helpers import needs_nvrtc
 
 VALUES = (1, 2, 5, 9)  # 1, odd, the largest
@@ -42,6 +42,7 @@ def test_variable_bind_unbind_and_where_it_is_imported():
     bound = i.bind(3)
     assert bound.unbind() == (i, 3) and bound.val == 3 and bound.expr == "i"
     assert i.bind(3) is bound  # one node per variable and value
+    assert sym_infer(bound * 2 + 1, {}) == 7 and sym_infer(i + 4, {"i": 5}) == sym_infer(i + 4, {i: 5}) == 9
 
 
 @pytest.mark.parametrize("value", [0, 11, -1])

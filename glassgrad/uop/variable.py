@@ -141,3 +141,18 @@ def rebind(root: UOp, vals: dict[UOp, int]) -> UOp:
         arg = _rebound_arg(node.arg, vals) if node.op in GroupOp.Movement else node.arg
         new[node] = node if src == node.src and arg is node.arg else UOp(node.op, node.dtype, src, arg)
     return new[root]
+
+
+def sym_infer(x: sint, var_vals: dict) -> int:
+    """tinygrad's name: the value of a size given its variables' values (keyed by the Variable or by its name; a
+    bound variable not among them has its bound value)."""
+    if not isinstance(x, UOp):
+        return x
+    values = {n.src[0].arg[0]: n.src[1].arg for n in x.toposort() if n.op is Ops.BIND}
+    values |= {k if isinstance(k, str) else k.arg[0]: v for k, v in var_vals.items()}
+    free = unbound(x)
+    variables = [n for n in free.toposort() if n.op is Ops.DEFINE_VAR]
+    if missing := [v.arg[0] for v in variables if v.arg[0] not in values]:
+        raise UnboundVariableError(f"sym_infer: no value for Variable {', '.join(missing)} in {render_sint(x)}")
+    value = graph_rewrite(free.substitute({v: UOp.const(dtypes.int, values[v.arg[0]]) for v in variables}), symbolic)
+    return value.arg
