@@ -16,7 +16,7 @@ from glassgrad.runtime import ops_cuda
 from glassgrad.shape import ShapeError
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.variable import UnboundVariableError, sym_infer
-from helpers import needs_nvrtc
+from helpers import needs_nvrtc, split_every_cpu_kernel
 
 VALUES = (1, 2, 5, 9)  # 1, odd, the largest
 
@@ -218,7 +218,17 @@ def test_a_symbolic_kernel_renders_and_compiles_for_cuda():
     (item,) = (a[:, :vi].exp() * 2).schedule()
     spec = get_program(item.ast, CUDARenderer())
     assert "int var_i" in spec.src and spec.vars == (Variable("i", 1, 9),)
+    assert spec.global_size == (3,)  # the grid over the fixed rows; each thread loops to var_i
     assert ops_cuda.NVRTCCompiler("sm_80").compile(spec.src)
+
+
+def test_cpu_threads_split_a_symbolic_kernels_fixed_outer_loop(monkeypatch):
+    """The thread pool passes the Variables' values after the buffers (runtime/cpu_threads.py's NAME_range)."""
+    split_every_cpu_kernel(monkeypatch, 3)
+    a = Tensor(_data(6, 9)).realize()
+    for i in (2, 9):
+        vi = Variable("i", 1, 9).bind(i)
+        np.testing.assert_allclose((a[:, :vi] * 2).sum(1).numpy(), (a.numpy()[:, :i] * 2).sum(1), rtol=1e-5)
 
 
 def test_a_symbolic_kernel_is_optimized_along_its_fixed_axes_only():

@@ -159,9 +159,8 @@ def _outside_loop_vars(u: UOp) -> bool:
 
 def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
     """The outermost loop over output elements: its iterations are independent, so threads can split it."""
-    if any(u.op is Ops.DEFINE_VAR for u in program):  # the thread pool passes buffers only (runtime/cpu_threads.py)
-        return None
-    return next((u for u in program if u.op is Ops.RANGE and u.arg < output_loops), None)
+    loop = next((u for u in program if u.op is Ops.RANGE and u.arg < output_loops), None)
+    return loop if loop is not None and loop.src[0].op is Ops.CONST else None  # (a symbolic loop: no fixed split)
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:

@@ -397,15 +397,17 @@ class CKernelWriter:
             if (handler := handlers.get(u.op, self.alu if u.op in WRITTEN_AS_MATH else None)) is None:
                 raise NotImplementedError(f"{type(self.r).__name__} has no handler for {u.op} (kernel {name})")
             handler(u)
-        self.params += [f"{self.r.type_name(v.dtype)} {var_name(v)}" for v in kernel_vars(self.program)]
-        buffers = len(self.params)
+        buffers, variables = len(self.params), kernel_vars(self.program)
+        self.params += [f"{self.r.type_name(v.dtype)} {var_name(v)}" for v in variables]
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params
         kernel = f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
         if self.outer_loop is None or not self.r.range_entry:
             return kernel
-        # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them
-        args = ", ".join([f"args[{i}]" for i in range(buffers)] + ["start", "end"])
+        # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them:
+        # the buffers' addresses, then the Variables' values as pointer-sized ints
+        values = [f"(int)(long long)args[{buffers + i}]" for i in range(len(variables))]
+        args = ", ".join([f"args[{i}]" for i in range(buffers)] + values + ["start", "end"])
         return kernel + f"\nvoid {name}_range(void** args, long long start, long long end) {{ {name}({args}); }}"
 
     def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
