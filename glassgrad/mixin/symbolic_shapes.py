@@ -1,10 +1,11 @@
-"""Movement with symbolic sizes (uop/variable.py): shrink, slicing, reshape and expand where a size is a bound
+"""Movement with symbolic sizes (uop/variable.py): shrink, indexing, reshape, expand and pad where a size is a bound
 Variable or a sum of one and ints (`t[:, :i]`, `cache.shrink(((0, pos + 1), None))`).
 
 A symbolic dim is cut from a dim of fixed size at 0 (its end symbolic), kept whole through reshapes (sizes of 1
-around it, other dims merged or split beside it), broadcast from 1, reduced, or cropped back to an int (the
-reshape tinygrad's users write to read a result: `out.reshape(3, i)` of a (3, i) shape). What kernels cannot run
-for every value of the variable at once is a NotImplementedError that says so, never a program for one value.
+around it, other dims merged or split beside it), broadcast from 1, reduced, padded back to a fixed size (a crop's
+gradient), or cropped back to an int (the reshape tinygrad's users write to read a result: `out.reshape(3, i)` of a
+(3, i) shape). What kernels cannot run for every value of the variable at once is a NotImplementedError that says
+so, never a program for one value.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def _name(size: Any) -> str:
 
 
 def shape_text(shape: tuple) -> str:
+    """A shape for an error message: (3, i=4)."""
     return f"({', '.join(_name(s) for s in shape)}{',' if len(shape) == 1 else ''})"
 
 
