@@ -219,10 +219,10 @@ class UOp(BinaryOperators):
 
     # ---- symbolic ints (tinygrad's Variable: uop/variable.py) ----
 
-    def __index__(self) -> int:  # a symbolic size where an int is needed: numpy(), a range, a list's slice
+    def __index__(self) -> int:  # a symbolic size where an int is needed: numpy(), an index, a Python range
         raise TypeError(
-            f"the symbolic size {render_sint(self)} is not an int: reshape a tensor of a symbolic shape "
-            "to ints (t.reshape(3, 4) for (3, i=4)) before reading it"
+            f"the symbolic size {render_sint(self)} is not an int, and an int is needed here (to read a tensor of a "
+            "symbolic shape, reshape it to ints first: t.reshape(3, 4) for (3, i=4))"
         )
 
     @staticmethod
