@@ -64,7 +64,8 @@ class Compiler:
 
 
 class Program:
-    """A loaded kernel: call it with buffers (and loop bounds for threads) to run it; returns seconds if timed."""
+    """A loaded kernel: call it with buffers (and loop bounds for threads; `vals`, the values of its Variables, only
+    where it takes some) to run it; returns seconds if timed."""
 
     def __init__(self, name: str, binary: bytes):
         self.name = name  # the binary is not kept: a loaded program holds what it needs
