@@ -9,9 +9,10 @@ Run: python bench/gpt2.py
 All four run the same weights (glassgrad's seeded GPT-2 initialization, std 0.2 so that greedy decoding varies)
 and decode greedily from the same prompt until the context is full, one token per step through a key-value cache.
 glassgrad and tinygrad run the very same model code, glassgrad/models/gpt2.py, tinygrad's copy with its import
-switched to tinygrad. Its cache is a fixed n_ctx buffer per layer written by assign, so TinyJit replays one
-captured step for every position. NumPy and PyTorch write into a preallocated cache and attend over its first
-pos+1 entries (eager, so shapes may change). A step runs from handing over the token to having the logits as Python
+switched to tinygrad. Its cache is an n_ctx buffer per layer; a step writes and attends over its first pos+1
+entries, a symbolic length (a Variable bound to pos), so TinyJit replays one captured step for every position.
+NumPy and PyTorch write into a preallocated cache and attend over its first pos+1 entries (eager, so shapes may
+change). A step runs from handing over the token to having the logits as Python
 floats. The median is over the steps after the first two (glassgrad and tinygrad compile on step 1 and capture on
 step 2); tokens/s is one over it, and the ratio divides glassgrad's median step by each framework's
 (above 1: glassgrad is slower).

@@ -11,6 +11,7 @@ from glassgrad.helpers import Context, getenv
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
+from glassgrad.uop.variable import Variable
 
 __all__ = [
     "Context",
@@ -18,6 +19,7 @@ __all__ = [
     "GlobalCounters",
     "Tensor",
     "TinyJit",
+    "Variable",
     "amp",
     "autocast",
     "backends",

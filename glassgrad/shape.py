@@ -12,7 +12,7 @@ class ShapeError(ArgumentError):
     shape errors are ValueErrors, so it is both."""
 
 
-def _unwrapped(args: Any) -> tuple[Any, ...]:
+def unwrapped(args: Any) -> tuple[Any, ...]:
     """f(2, 3), f((2, 3)) and f([2, 3]) alike, as a tuple."""
     if isinstance(args, int):
         return (args,)
@@ -22,7 +22,7 @@ def _unwrapped(args: Any) -> tuple[Any, ...]:
 def int_args(args: Any, op: str, rule: str = "sizes must be non-negative integers") -> tuple[int, ...]:
     """f(2, 3), f((2, 3)) and f([2, 3]) alike, as a tuple of ints; anything else (a bool, a float) is a ValueError
     that states `rule`."""
-    out = _unwrapped(args)
+    out = unwrapped(args)
     for i, s in enumerate(out):
         if not isinstance(s, int) or isinstance(s, bool):
             raise ValueError(f"{op}: {rule}, got {out}: {type(s).__name__} {s!r} at index {i}")
@@ -34,7 +34,7 @@ def shape_arg(shape: Any, op: str, minus_one: str | None = None, current: tuple[
     """The sizes of a shape argument, each non-negative, except -1 where `minus_one` allows it: "infer" (reshape:
     one size inferred from the others) or "keep" (expand: any size kept as it is). As in tinygrad, None keeps a
     size too: expand's -1, or reshape's size of the `current` shape at that position."""
-    out = int_args(_none_kept(_unwrapped(shape), op, minus_one, current), op)
+    out = int_args(_none_kept(unwrapped(shape), op, minus_one, current), op)
     for i, s in enumerate(out):
         if s < -1 or (s == -1 and minus_one is None):
             raise ShapeError(f"{op}: sizes must be non-negative integers, got {out}: size {s} at index {i}")

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bench.gpt2 import numpy_logits, torch_gpt2
-from glassgrad import Tensor, nn
+from glassgrad import Tensor, Variable, nn
+from glassgrad.engine import realize
 from glassgrad.models.gpt2 import GPT2, Generator, GPT2Config, choose
 
 CFG = GPT2Config(vocab_size=97, n_ctx=20, n_embd=48, n_layer=2, n_head=3)  # odd sizes: 3 heads of 16
@@ -102,10 +103,12 @@ def test_choose_draws_from_the_softmax():
 def test_bad_calls_say_what_is_wrong(model):
     with pytest.raises(ValueError, match=r"tokens must be \(batch, length\)"):
         model(Tensor([1, 2, 3]))
-    with pytest.raises(ValueError, match="both a cache and a position"):
+    with pytest.raises(ValueError, match="a cache, a position and a bound start_pos Variable, or none"):
         model(Tensor([[1]]), pos=Tensor([0]))
+    with pytest.raises(ValueError, match="a cache, a position and a bound start_pos Variable, or none"):
+        model(Tensor([[1]]), model.new_cache(1), Tensor([0]))
     with pytest.raises(ValueError, match="one token per sequence"):
-        model(Tensor([[1, 2]]), model.new_cache(1), Tensor([0]))
+        model(Tensor([[1, 2]]), model.new_cache(1), Tensor([0]), Variable("start_pos", 0, 19).bind(0))
     with pytest.raises(ValueError, match="do not fit the context of 20"):
         model(Tensor([[1] * 21]))
     with pytest.raises(ValueError, match="exceed the context of 20"):
@@ -118,3 +121,18 @@ def test_bad_calls_say_what_is_wrong(model):
         Generator(model).generate([], 3)
     with pytest.raises(ValueError, match="not a multiple of n_head"):
         GPT2(GPT2Config(n_embd=50, n_head=4))
+
+
+def test_decode_steps_compile_once_and_loop_to_the_position(model):
+    """Every step after the capture replays the same kernels (none compiled), and the attention's kernels loop to
+    start_pos + 1, a parameter, not over the whole context: a step's work grows with its position."""
+    gen = Generator(model)
+    gen.logits(PROMPT[0], 0)
+    gen.logits(PROMPT[1], 1)  # the capture
+    before = set(realize._kernels)
+    steps = [gen.logits(t, pos) for pos, t in enumerate([PROMPT[2], 7, 11, 13], start=2)]
+    assert set(realize._kernels) == before
+    sources = [item.runner.spec.src for item in gen.step.items if hasattr(item.runner, "spec")]
+    assert sum("var_start_pos" in src for src in sources) >= 2 * CFG.n_layer  # the cache's write, the attention
+    whole = model(Tensor([[*PROMPT, 7, 11, 13]])).numpy()[0]
+    np.testing.assert_allclose(np.array(steps), whole[2:], rtol=1e-4, atol=1e-4)

@@ -17,7 +17,8 @@ from glassgrad.renderer import Renderer
 from glassgrad.uop.check import Check, records_failure
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
-from glassgrad.uop.symbolic import symbolic
+from glassgrad.uop.symbolic import bounds, symbolic
+from glassgrad.uop.variable import SymDim, kernel_vars
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ProgramSpec:
     local_size: tuple[int, ...] | None = None  # threads sharing one global index (Renderer.launch_size)
     display_name: str = ""  # the name with its parts coloured by kind, for DEBUG output
     checks: tuple[Check, ...] = ()  # what the kernel checks; it then takes the error buffer after its own buffers
+    vars: tuple[UOp, ...] = ()  # its Variables (DEFINE_VAR), whose values it takes after its buffers, in this order
 
 
 def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
@@ -42,11 +44,26 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     check_kernel_ast(ast, "choose_opts")
     if NOOPT:
         return ()
+    if symbolic := symbolic_axes(ast):  # a symbolic loop runs whole: no action splits a size it does not know
+        opts = () if renderer is None else hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local)
+        return tuple(o for o in opts if o.axis not in symbolic)
     if tensor_cores := tensor_core_opts(ast, renderer):  # a matrix product of floats, on a renderer with tiles
         return tensor_cores
     if renderer is None:
         return tuple(hand_coded_opts(ast))
     return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
+
+
+def symbolic_axes(ast: UOp) -> set[int]:
+    """The axes of a kernel whose size is symbolic (uop/variable.py): loops that run to a Variable's expression."""
+    found = {a for a, s in enumerate(ast.src[0].src[1].arg.shape) if isinstance(s, SymDim)}
+    reduces = (n for n in ast.toposort() if n.op is Ops.REDUCE_AXIS)
+    return found | {a for r in reduces for a in r.arg[1] if isinstance(r.src[0].shape[a], SymDim)}
+
+
+def symbolic_kernel(ast: UOp) -> bool:
+    """Whether a kernel has a symbolic size anywhere (a loop of a view inside it, too)."""
+    return any(isinstance(s, SymDim) for n in ast.toposort() if n.op is Ops.VIEW for s in n.arg.shape)
 
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple[Opt, ...] | None = None) -> UOp:
@@ -91,7 +108,8 @@ def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
         if node.op is Ops.REDUCE_AXIS:
             for a in node.arg[1]:
                 amount, threads = (unroll.get(a, 1), group.get(a, 1)) if node is main else (1, 1)
-                reduces.append((-(-node.src[0].shape[a] // amount // threads), "reduce"))
+                size = node.src[0].shape[a]
+                reduces.append((size if isinstance(size, SymDim) else -(-size // amount // threads), "reduce"))
     lanes += [(o.amount, "UNROLL") for o in opts if o.op == "UNROLL"]
     parts = (
         tiles + [(s, "loop") for s in shape] + local + reduces + [(o.amount, "GROUP") for o in opts if o.op == "GROUP"]
@@ -123,7 +141,7 @@ def count_ops_and_mem(program: list[UOp]) -> tuple[int, int]:
     for u in program:
         if u.op is Ops.RANGE:
             stack.append(trips)
-            trips *= u.src[0].arg
+            trips *= bounds(u.src[0])[1]  # a symbolic loop: counted at its largest
         elif u.op is Ops.ENDRANGE:
             trips = stack.pop()
         elif u.op is Ops.LOAD or u.op is Ops.STORE and not records_failure(u):
@@ -141,7 +159,8 @@ def _outside_loop_vars(u: UOp) -> bool:
 
 def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
     """The outermost loop over output elements: its iterations are independent, so threads can split it."""
-    return next((u for u in program if u.op is Ops.RANGE and u.arg < output_loops), None)
+    loop = next((u for u in program if u.op is Ops.RANGE and u.arg < output_loops), None)
+    return loop if loop is not None and loop.src[0].op is Ops.CONST else None  # (a symbolic loop: no fixed split)
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
@@ -160,4 +179,5 @@ def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = Non
     outer = outer_output_loop(program, sink.arg or 0)
     global_size, local_size = renderer.launch_size(program, outer)
     return ProgramSpec(name, renderer.render(name, program, outer), tuple(program), global_size, ops, mem, opts,
-                       local_size, kernel_name(ast, opts, color=True), checks_of(program))  # fmt: skip
+                       local_size, kernel_name(ast, opts, color=True), checks_of(program),
+                       tuple(kernel_vars(program)))  # fmt: skip

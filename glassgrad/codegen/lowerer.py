@@ -12,6 +12,7 @@ from glassgrad.dtype import DType, PtrDType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import bounds
+from glassgrad.uop.variable import SymDim, size_expr
 from glassgrad.uop.view import View
 
 IDX = dtypes.int  # index arithmetic is int32
@@ -24,9 +25,8 @@ def make_range(axis: int, size: int, dtype=IDX, thread: UOp | None = None) -> UO
     the iterations thread, thread+n, ... (the renderer's job; the variable still takes every value 0 .. size-1)."""
     if size == 1 and thread is None:
         return UOp.const(dtype, 0)
-    return UOp(
-        Ops.RANGE, dtype, (UOp.const(dtype, size),) if thread is None else (UOp.const(dtype, size), thread), axis
-    )
+    end = size_expr(size, dtype)  # a symbolic size's loop runs to its expression of the kernel's int parameters
+    return UOp(Ops.RANGE, dtype, (end,) if thread is None else (end, thread), axis)
 
 
 def thread_vars(opts: tuple[Opt, ...], dtype: DType = IDX) -> list[UOp | None]:
@@ -129,7 +129,10 @@ class Lowerer:
         return self.memo[key]
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...]) -> UOp:
-        if node.op is Ops.CONST:
+        if node.op in (
+            Ops.CONST,
+            Ops.DEFINE_VAR,
+        ):  # (a Variable: a padded symbolic dim's end, schedule/symbolic_shapes.py)
             return node
         if node.op is Ops.ARANGE:
             return idxs[0].cast(node.dtype)
@@ -175,6 +178,8 @@ class Lowerer:
             ranges = {}
             for axis in node.arg[1]:
                 size = node.src[0].shape[axis]
+                if isinstance(size, SymDim) and (self._unroll(node, axis) > 1 or self.group.get(axis) is not None):
+                    raise ValueError(f"reduced axis {axis} has the symbolic size {size!r}; no action splits it")
                 if size % self._unroll(node, axis):
                     raise ValueError(
                         f"UNROLL({axis}, {self._unroll(node, axis)}) does not divide the reduced axis of {size}"
@@ -183,7 +188,8 @@ class Lowerer:
                 if thread is not None and size // self._unroll(node, axis) < 2:
                     raise ValueError(f"GROUP({axis}, {thread.arg[1]}) needs a loop of 2 or more iterations to share; "
                                      f"reduced axis {axis} has {size // self._unroll(node, axis)} left")  # fmt: skip
-                ranges[axis] = make_range(self.next_axis, size // self._unroll(node, axis), self.idx_dtype, thread)
+                size = size if isinstance(size, SymDim) else size // self._unroll(node, axis)
+                ranges[axis] = make_range(self.next_axis, size, self.idx_dtype, thread)
                 self.next_axis += 1
             self.reduce_ranges[node] = ranges
         return self.reduce_ranges[node]
@@ -301,6 +307,8 @@ class OutputLoops:
             if not 0 <= o.axis < len(shape):
                 raise ValueError(f"{o}: the output has no axis {o.axis} (it has {len(shape)})")
             size, stride = self.main[o.axis]
+            if isinstance(size, SymDim):
+                raise ValueError(f"{o}: output axis {o.axis} has the symbolic size {size!r}; no action splits it")
             if o.amount < 1 or size % o.amount:
                 raise ValueError(f"{o} does not divide output axis {o.axis}, whose loop has {size} iterations left")
             if o.op == "LOCAL":  # like an UPCAST, but its outputs go to neighbouring threads instead of lanes

@@ -15,7 +15,7 @@ import json
 import struct
 import time
 
-from glassgrad.codegen import get_program
+from glassgrad.codegen import get_program, symbolic_kernel
 from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt
@@ -36,7 +36,7 @@ PLAIN_LOOPS_LIMIT = 2**24  # outputs times reduced terms: a kernel this small is
 def beam_opts(ast: UOp, device: str) -> tuple[Opt, ...] | None:
     """The opts a BEAM=N search chooses for the kernel, or None where BEAM is off (codegen chooses: NOOPT, the
     heuristics, tensor cores)."""
-    return beam_search(ast, device, int(BEAM)) if BEAM >= 1 and not NOOPT else None
+    return beam_search(ast, device, int(BEAM)) if BEAM >= 1 and not NOOPT and not symbolic_kernel(ast) else None
 
 
 class Timer:

@@ -3,6 +3,9 @@
 The first call runs the function as usual (compiling its kernels). The second call runs it again while
 recording every kernel and the buffers it touched. Every later call skips Python's graph building,
 scheduling and compiling entirely: it swaps the new inputs' buffers in and replays the recorded kernels.
+
+A bound Variable (an argument, or a size in a tensor argument's shape) may take another value in each call: the
+kernels were compiled for the variable, and a replay passes them this call's values (uop/variable.py).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops, UOp, value_readers
+from glassgrad.uop.variable import rebind, unbound
 
 R = TypeVar("R")
 
@@ -42,8 +46,10 @@ def _arg_name(key: int | str) -> str:
 
 def _kind(v: Any) -> tuple:
     """A tensor by shape, dtype and device; lists, tuples and dicts by their items; anything else by type and value."""
-    if isinstance(v, Tensor):
-        return ("Tensor", v.shape, v.dtype, v.device)
+    if isinstance(v, Tensor):  # a symbolic size by its variables, whatever values they have in this call
+        return ("Tensor", tuple(unbound(s) if isinstance(s, UOp) else s for s in v.shape), v.dtype, v.device)
+    if isinstance(v, UOp) and v.op is Ops.BIND:
+        return ("Variable", UOp, v.src[0])
     if isinstance(v, (list, tuple)):
         return ("sequence", type(v), tuple(_kind(x) for x in v))
     if isinstance(v, dict):
@@ -73,6 +79,8 @@ def _describe(kind: tuple) -> str:
         return f"{kind[1].__name__} of [{', '.join(_describe(k) for k in kind[2])}]"
     if kind[0] == "dict":
         return f"{kind[1].__name__} of {{{', '.join(f'{k!r}: {_describe(v)}' for k, v in kind[2])}}}"
+    if kind[0] == "Variable":
+        return "Variable {} bound to a value in {}..{}".format(*kind[2].arg)
     return f"{kind[1].__name__} {kind[2]!r}"
 
 
@@ -84,6 +92,18 @@ def _tensors_in(value: Any) -> list:
     if isinstance(value, dict):
         return [t for v in value.values() for t in _tensors_in(v)]
     return []
+
+
+def _bound_values(args: tuple, kwargs: dict) -> dict[UOp, int]:
+    """The values a call binds its Variables to: bound Variables among its arguments and in its tensors' shapes."""
+    sizes = [s for t in _tensors_in(args) + _tensors_in(kwargs) for s in t.shape if isinstance(s, UOp)]
+    sizes += [a for a in (*args, *kwargs.values()) if isinstance(a, UOp)]
+    found: dict[UOp, int] = {}
+    for bind in (n for s in sizes for n in s.toposort() if n.op is Ops.BIND):
+        var, value = bind.src[0], bind.src[1].arg  # (not unbind: the call's values, not the graph's use of them)
+        if found.setdefault(var, value) != value:
+            raise JitError(f"TinyJit: Variable {var.arg[0]} is bound to both {found[var]} and {value} in one call")
+    return found
 
 
 class TinyJit(Generic[R]):
@@ -104,13 +124,15 @@ class TinyJit(Generic[R]):
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
         self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
         self.checking: list[CompiledKernel] = []  # the captured kernels that check values: read after each replay
+        self.variables: set[UOp] = set()  # the Variables the captured kernels take: each replay binds them anew
+        self.values_read: dict[UOp, int] = {}  # Variables whose capture-time value the captured kernels hold
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next two calls run the function again."""
         self.calls, self.items, self.input_slots, self.signature, self.result = 0, [], [], None, None
         self.sharing, self.internal, self.result_inputs, self.graph, self.checking = (), set(), [], None, []
-        self.written = (set(), set())
+        self.written, self.variables, self.values_read = (set(), set()), set(), {}
 
     def __get__(self, obj, objtype=None):  # decorating a method binds it like a function
         return functools.partial(self.__call__, obj) if obj is not None else self
@@ -149,12 +171,18 @@ class TinyJit(Generic[R]):
     def _capture(self, args: tuple, kwargs: dict, inputs: list) -> R:
         recorded: list[ExecItem] = []
         captures().append(recorded)
+        value_readers.append(values_read := {})
         try:
             result = self._run_and_realize(args, kwargs)
         finally:
             captures().remove(recorded)
+            value_readers[:] = [r for r in value_readers if r is not values_read]
+        self.values_read = values_read
         self.items, self.result, self.signature = recorded, result, _signature(args, kwargs)
         self.checking = checking_kernels(recorded)
+        self.variables = {
+            v for item in recorded if isinstance(item.runner, CompiledKernel) for v in item.runner.spec.vars
+        }
         input_buffers = {id(_buffer_of_tensor(t)): n for n, t in enumerate(inputs)}
         self.input_slots = [(i, j, input_buffers[id(b)]) for i, item in enumerate(recorded)
                             for j, b in enumerate(item.bufs) if id(b) in input_buffers]  # fmt: skip
@@ -180,6 +208,14 @@ class TinyJit(Generic[R]):
     def _replay(self, args: tuple, kwargs: dict, inputs: list) -> R:
         buffers = [_buffer_of_tensor(t) for t in inputs]
         self._check_same_call(args, kwargs, buffers)
+        var_vals = _bound_values(args, kwargs) if self.variables or self.values_read else {}
+        if changed := sorted(v.arg[0] for v, value in self.values_read.items() if var_vals.get(v, value) != value):
+            raise JitError(f"TinyJit: {self._name()} read the value of Variable {', '.join(changed)} when captured "
+                           "(a symbolic size cropped back to ints, or .val), so its kernels hold that value; it is "
+                           "now bound to another (call .reset() to capture again)")  # fmt: skip
+        if missing := sorted(v.arg[0] for v in self.variables if v not in var_vals):
+            raise JitError(f"TinyJit: {self._name()}'s kernels take Variable {', '.join(missing)}, which this call "
+                           "does not bind: pass it bound, as an argument or in a tensor argument's shape")  # fmt: skip
         # a lazy tensor that reads what the replay overwrites keeps the values it was built to have (as realize does)
         if readers := readers_of_buffers(self.written[0] | {id(buffers[n]) for n in self.written[1]}):
             Tensor.realize(*readers)
@@ -189,20 +225,22 @@ class TinyJit(Generic[R]):
         for item_index, position, input_number in self.input_slots:  # this call's inputs, taken out again below
             self.items[item_index].bufs[position] = buffers[input_number]
         try:
-            self._run_items()
+            self._run_items(var_vals)
         finally:
             for item_index, position, _ in self.input_slots:
                 self.items[item_index].bufs[position] = None  # type: ignore[call-overload]
+        for t in _tensors_in(self.result) if var_vals else []:  # a symbolic size of a result takes this call's value
+            t._set_uop(rebind(t.uop, var_vals))
         if not self.result_inputs:
             return self.result  # type: ignore[return-value]
         captured = _tensors_in(self.result)
         fresh = {id(captured[r]): _fresh(inputs[n], view) for r, n, view in self.result_inputs}
         return _replace_tensors(self.result, fresh)
 
-    def _run_items(self) -> None:
-        """Run the captured items, on a GPU as one CUDA graph where it can (JIT_GRAPH=0: one by one); raise where a
-        check of theirs failed."""
-        if self.graph is None and cuda_graph.JIT_GRAPH:
+    def _run_items(self, var_vals: dict[UOp, int]) -> None:
+        """Run the captured items with this call's Variables, on a GPU as one CUDA graph where it can (JIT_GRAPH=0:
+        one by one; not where kernels take Variables, whose values a graph fixes); raise where a check failed."""
+        if self.graph is None and cuda_graph.JIT_GRAPH and not self.variables:
             self.graph = cuda_graph.graph_for(self.items, [item.bufs for item in self.items]) or False
         try:
             if self.graph and cuda_graph.JIT_GRAPH:
@@ -210,7 +248,7 @@ class TinyJit(Generic[R]):
                 self.graph(swapped, wait=DEBUG.value >= 2)
             else:
                 for item in self.items:
-                    item.run()
+                    item.run(var_vals if item.var_vals else None)
         finally:
             raise_failed_checks(self.checking)
 

@@ -39,6 +39,7 @@ from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import ScheduleItem, pack, schedule_assigns, schedule_item
 from glassgrad.schedule.kernelize import kernelize
+from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.ops import Ops, UOp, fresh_unique, new_buffer
 
@@ -263,6 +264,7 @@ class Scheduled:
     roots: list[UOp]  # the roots with the mapping applied
     assigns: list[UOp]  # the ASSIGN(BUFFER, KERNEL) nodes under the roots, in the order their kernels run
     items: list[ScheduleItem]  # their kernels, one item per assign
+    var_vals: dict[UOp, int]  # the value each Variable bound in the graph has (the kernels take them)
 
 
 @dataclass(frozen=True)
@@ -322,7 +324,7 @@ def _template(order: list[UOp]) -> Template:
     mapping = kernelize(roots)
     roots = [mapping[r] if r in mapping else r.substitute(mapping) for r in roots]
     assigns = schedule_assigns(roots)
-    answer = Scheduled(mapping, roots, assigns, [schedule_item(a) for a in assigns])
+    answer = Scheduled(mapping, roots, assigns, [schedule_item(a) for a in assigns], {})
     where = {normalized[node]: i for i, node in enumerate(order)}
     inputs: dict[UOp, int] = {}
     made, rebuilt, renamed = [], [], set()
@@ -340,7 +342,7 @@ def _template(order: list[UOp]) -> Template:
     return Template(tuple(where[point] for point in mapping), answer, inputs, tuple(made), tuple(rebuilt))
 
 
-def _renamed(template: Template, order: list[UOp]) -> Scheduled:
+def _renamed(template: Template, order: list[UOp], var_vals: dict[UOp, int]) -> Scheduled:
     """The template's answer for the graph walked in `order`: its buffers, and new ones where kernelize made some."""
     new = {node: order[i] for node, i in template.inputs.items()}
     new |= {leaf: fresh_unique() for leaf in template.made}
@@ -349,7 +351,8 @@ def _renamed(template: Template, order: list[UOp]) -> Scheduled:
     answer = template.answer
     mapping = {order[i]: new.get(value, value) for i, value in zip(template.points, answer.mapping.values())}
     items = [ScheduleItem(item.ast, tuple([new.get(b, b) for b in item.bufs])) for item in answer.items]
-    return Scheduled(mapping, [new.get(r, r) for r in answer.roots], [new.get(a, a) for a in answer.assigns], items)
+    roots, assigns = [new.get(r, r) for r in answer.roots], [new.get(a, a) for a in answer.assigns]
+    return Scheduled(mapping, roots, assigns, items, var_vals)
 
 
 def cached_schedule(roots: list[UOp]) -> Scheduled:
@@ -367,7 +370,7 @@ def cached_schedule(roots: list[UOp]) -> Scheduled:
     else:
         stats["hits"] += 1
     _cache.move_to_end(digest)
-    return _renamed(template, order)
+    return _renamed(template, order, bound_values(order))
 
 
 # ---- scheduling and realizing tensors ----
@@ -381,7 +384,7 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     scheduled = schedule_tensors(tensors)
     unused = intermediates(scheduled.mapping, tensors)
     try:
-        run_schedule(scheduled.items, unused)
+        run_schedule(scheduled.items, unused, scheduled.var_vals)
     except CheckFailed as error:  # what ran apart from the failure stands (an assign must not run twice); what
         kept = unaffected_by(error.check, scheduled.assigns)  # reads the failure stays to run, and raises again
         _realized(tensors, scheduled, [a for a in kept if a.src[0] not in unused])

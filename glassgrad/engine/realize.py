@@ -23,6 +23,7 @@ from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.variable import UnboundVariableError
 
 if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
     viz.start()
@@ -50,10 +51,13 @@ class CompiledKernel:
     def __init__(self, device: str, spec: ProgramSpec, program: Program):
         self.device, self.spec, self.program = device, spec, program
 
-    def __call__(self, bufs: list[Buffer], wait: bool) -> float | None:
+    def __call__(self, bufs: list[Buffer], wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
         spec = self.spec
+        # the Variables' values only to a kernel that takes some: a Program of a device registered before them (its
+        # __call__ without `vals`) runs every other kernel as it did (a missing value: lower_item checked)
+        given = {"vals": tuple(var_vals[v] for v in spec.vars)} if spec.vars else {}
         return self.program(*(b.handle for b in bufs), global_size=spec.global_size, local_size=spec.local_size,
-                            wait=wait)  # fmt: skip
+                            wait=wait, **given)  # fmt: skip
 
 
 # The kernels compiled in this process, the most recently used last. Past KERNEL_CACHE_SIZE the least recently used
@@ -178,14 +182,17 @@ class ExecItem:
     """One step of a run: a compiled kernel, a copy or a collective, with the buffers it works on (it writes the
     first)."""
 
-    def __init__(self, runner: CompiledKernel | Runner, bufs: list[Buffer]):
-        self.runner, self.bufs = runner, bufs
+    def __init__(self, runner: CompiledKernel | Runner, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None):
+        self.runner, self.bufs, self.var_vals = runner, bufs, var_vals or {}
 
-    def run(self) -> None:
-        """Run on this item's buffers (a TinyJit replay puts its inputs into them first)."""
-        seconds = self.runner(self.bufs, wait=DEBUG.value >= 2)  # a buffer is allocated when its handle is read
+    def run(self, var_vals: dict[UOp, int] | None = None) -> None:
+        """Run on this item's buffers (a TinyJit replay puts its inputs into them first), with its Variables' values
+        (a replay's own, where given)."""
         if not isinstance(self.runner, CompiledKernel):  # a copy or a collective: no kernel to count
+            self.runner(self.bufs, wait=DEBUG.value >= 2)
             return
+        # (a buffer is allocated when its handle is read)
+        seconds = self.runner(self.bufs, DEBUG.value >= 2, self.var_vals if var_vals is None else var_vals)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += self.runner.spec.ops
         GlobalCounters.global_mem += self.runner.spec.mem
@@ -194,13 +201,21 @@ class ExecItem:
             kernel_ran(self.runner.device, self.runner.spec, seconds)
 
 
-def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
-    """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
+def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: dict[UOp, int] | None = None
+               ) -> ExecItem:  # fmt: skip
+    """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device (with the values of
+    its Variables, from `var_vals`)."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
     if item.ast.op is Ops.COPY:
         return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
     kernel = get_kernel(bufs[0].device, item.ast)
-    return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs)
+    if missing := [v.arg[0] for v in kernel.spec.vars if v not in (var_vals or {})]:
+        raise UnboundVariableError(
+            f"realize: kernel {kernel.spec.name} needs the value of Variable "
+            f"{', '.join(missing)}, which no shape bound; bind it with .bind(value)"
+        )
+    own = {v: var_vals[v] for v in kernel.spec.vars} if kernel.spec.vars else None
+    return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs, own)
 
 
 def checking_kernels(items: list[ExecItem]) -> list[CompiledKernel]:
@@ -208,9 +223,11 @@ def checking_kernels(items: list[ExecItem]) -> list[CompiledKernel]:
     return [item.runner for item in items if isinstance(item.runner, CompiledKernel) and item.runner.spec.checks]
 
 
-def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset()) -> None:
-    """Run each item in order: copies move bytes, kernels run compiled programs. The buffers of `intermediates`
-    (BUFFER nodes nothing reads after this run) may share memory where their lifetimes don't overlap."""
+def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset(),
+                 var_vals: dict[UOp, int] | None = None) -> None:  # fmt: skip
+    """Run each item in order: copies move bytes, kernels run compiled programs (given the values of their
+    Variables, `var_vals`). The buffers of `intermediates` (BUFFER nodes nothing reads after this run) may share
+    memory where their lifetimes don't overlap."""
     work = []
     for item in schedule:
         bufs = [buffer_of(b) for b in item.bufs]
@@ -219,7 +236,7 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
             continue
         work.append((item, bufs))
     compile_ahead([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK])
-    items = [lower_item(item, bufs) for item, bufs in work]
+    items = [lower_item(item, bufs, var_vals) for item, bufs in work]
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
+from glassgrad.mixin import symbolic_shapes
 from glassgrad.mixin.index_forms import as_tuple_index, positions
 from glassgrad.mixin.scatter_add import scatter_add, with_scatter_gradient
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _masked_sum, _positions
@@ -359,6 +360,8 @@ class IndexMixin:
 
     def __getitem__(self, index: Any) -> Tensor:
         """t[index] as in PyTorch: ints, slices, None, ..., int tensors and lists, bool masks (realized to count)."""
+        if symbolic_shapes.symbolic_index(self, index):  # t[:, :i] with a bound Variable i
+            return symbolic_shapes.sliced(self, index)
         basic, advanced = _parse_index(self, index)
         viewed = _BasicPlan(self.shape, basic).apply(self)
         return _AdvancedIndex(viewed.shape, advanced).gather(viewed) if advanced else viewed

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.dtype import dtypes, promote_types, truncate
 from glassgrad.errors import ArgumentError, DimensionError, ListAndTensorsError, UnsupportedModeError
+from glassgrad.mixin import symbolic_shapes
 from glassgrad.mixin.index import _take_every
 from glassgrad.mixin.small_tensors import _arange, _bool_ones, _full_like_scalar, _positions
 from glassgrad.shape import ShapeError, shape_arg
@@ -357,6 +358,8 @@ class JoinMixin:
         """Pad as torch.nn.functional.pad (a flat list from the last dim) or with a (before, after) pair per dim."""
         if (padding is None) == (pad is None):
             raise TypeError("pad: pass the padding once, as `padding` or as `pad`")
+        if symbolic_shapes.has_symbolic(padding if pad is None else pad) or symbolic_shapes.has_symbolic(self.shape):
+            return symbolic_shapes.pad(self, padding if pad is None else pad, mode, value)
         pairs = _pad_pairs(self, padding if pad is None else pad)
         if mode not in PAD_MODES:
             raise UnsupportedModeError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")

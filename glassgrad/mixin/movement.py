@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
-from glassgrad.shape import ShapeError, distinct_dims, int_args, shape_arg
+from glassgrad.mixin import symbolic_shapes
+from glassgrad.shape import ShapeError, distinct_dims, int_args, shape_arg, unwrapped
 from glassgrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ class MovementMixin:
 
     def reshape(self, *shape) -> Tensor:
         """The same elements in row-major order, with a new shape; one dimension may be -1."""
+        if symbolic_shapes.has_symbolic(sizes := unwrapped(shape)) or symbolic_shapes.has_symbolic(self.shape):
+            return symbolic_shapes.reshape(self, sizes)
         shape = shape_arg(shape, "reshape", minus_one="infer", current=self.shape)
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
@@ -58,6 +61,8 @@ class MovementMixin:
 
     def expand(self, *shape) -> Tensor:
         """Broadcast size-1 dimensions to larger sizes without copying; -1 keeps a dimension."""
+        if symbolic_shapes.has_symbolic(sizes := unwrapped(shape)) or symbolic_shapes.has_symbolic(self.shape):
+            return symbolic_shapes.expand(self, sizes)
         shape = shape_arg(shape, "expand", minus_one="keep")
         if len(shape) < self.ndim:
             raise ArgumentError(f"expand: the target shape {shape} has fewer dimensions than the tensor {self.shape}")
@@ -79,6 +84,8 @@ class MovementMixin:
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """Crop each dimension to [start, end) (None keeps it whole)."""
+        if symbolic_shapes.has_symbolic(tuple(arg)) or symbolic_shapes.has_symbolic(self.shape):
+            return symbolic_shapes.shrink(self, tuple(arg))
         if len(arg) != self.ndim:
             raise ArgumentError(f"shrink: need one (start, end) per dimension of {self.shape}, got {arg}")
         arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
@@ -95,6 +102,10 @@ class MovementMixin:
                                  "flip"))  # fmt: skip
         if not axes:
             return self
+        if any(symbolic_shapes.has_symbolic(self.shape[a]) for a in axes):
+            shape = symbolic_shapes.shape_text(self.shape)
+            raise NotImplementedError(f"flip: dimension {min(axes)} of {shape} is symbolic (a flip would read it "
+                                      "from its largest size down); flip a fixed dimension")  # fmt: skip
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:

@@ -46,6 +46,8 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool
     """(axis, parts): the outermost reduced axis to cut into `parts` pieces, or None where one stage is better; a
     contraction (a sum of products) runs as tiles of outputs, which a long sum into a moderate count leaves few of.
     For a contraction no part count divides, `parts` does not divide the axis: split_reduce sums the rest apart."""
+    if any(isinstance(s, UOp) for s in shape):  # a symbolic size: one stage (a symbolic dim stays whole)
+        return None
     outputs = prod(s for i, s in enumerate(shape) if i not in axes)
     terms = prod(shape[a] for a in axes)
     if terms >= SPLIT_FROM and outputs < SPLIT_BELOW:  # few outputs: a block per part

@@ -6,12 +6,12 @@ embedding. Linear weights are stored (out, in) as nn.Linear stores them (Hugging
 transposed, as Conv1D).
 
 The cache (Generator holds it, not the model, so the model's state dict stays its weights): one realized buffer of
-keys and values per layer, for all n_ctx positions. A decode step writes the new token's key and value at position
-`pos` (a one-element int Tensor) with assign, and attends over the whole buffer with a mask that keeps positions
-0..pos. Every shape is fixed whatever `pos` is, so TinyJit captures one step and replays it for every token, and a
-token costs one token's pass through the model plus attention over the n_ctx cached positions, not a pass over the
-whole prefix. (glassgrad has no symbolic shapes: attending over exactly pos + 1 positions would give each position
-kernels of its own.)
+keys and values per layer, for all n_ctx positions. A decode step at position pos takes it twice: as `pos`, a
+one-element int Tensor (the position embedding, and where to write), and as `start_pos`, a Variable bound to pos
+(a symbolic size). It writes the new token's key and value into the cache's first start_pos + 1 entries with
+assign and attends over exactly those: the kernels loop to start_pos + 1, an int they take as a parameter, so
+TinyJit captures one step and replays it for every position, and a token costs one token's pass through the model
+plus attention over the pos + 1 cached positions, not n_ctx.
 
 The file uses only Tensor API that tinygrad shares: bench/gpt2.py runs it under tinygrad by switching the import.
 """
@@ -22,8 +22,9 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from glassgrad import Tensor, TinyJit, nn
+from glassgrad import Tensor, TinyJit, Variable, nn
 
 
 @dataclass(frozen=True)
@@ -48,23 +49,25 @@ class Attention:
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # query, key and value in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def __call__(self, x: Tensor, mask: Tensor, cache_kv: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
+    def __call__(self, x: Tensor, mask: Tensor | None, cache_kv: Tensor | None = None, pos: Tensor | None = None,
+                 start_pos: Any = None) -> Tensor:  # fmt: skip
         batch, length, width = x.shape
         # (batch, length, 3 * width) -> (3, batch, heads, length, head size)
         qkv = self.c_attn(x).reshape(batch, length, 3, self.n_head, width // self.n_head).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         if cache_kv is not None:
-            k, v = remember(cache_kv, k, v, pos)
+            k, v = remember(cache_kv, k, v, pos, start_pos)
         out = q.scaled_dot_product_attention(k, v, attn_mask=mask)
         return self.c_proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
-def remember(cache_kv: Tensor, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-    """Write one token's key and value (batch, heads, 1, head size) at position pos of cache_kv; return all of it."""
-    n_ctx = cache_kv.shape[3]
-    here = (Tensor.arange(n_ctx) == pos).reshape(1, 1, 1, n_ctx, 1)
-    cache_kv.assign(here.where(Tensor.stack(k, v), cache_kv))
-    return cache_kv[0], cache_kv[1]
+def remember(cache_kv: Tensor, k: Tensor, v: Tensor, pos: Tensor, start_pos: Any) -> tuple[Tensor, Tensor]:
+    """Write one token's key and value (batch, heads, 1, head size) at position pos of cache_kv; return the keys and
+    values of positions 0..pos (start_pos: pos as a bound Variable, the symbolic length start_pos + 1)."""
+    seen = cache_kv[:, :, :, : start_pos + 1]
+    here = (Tensor.arange(cache_kv.shape[3])[: start_pos + 1] == pos).reshape(1, 1, 1, start_pos + 1, 1)
+    seen.assign(here.where(Tensor.stack(k, v), seen))
+    return seen[0], seen[1]
 
 
 class MLP:
@@ -85,8 +88,9 @@ class Block:
         self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), Attention(cfg)
         self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), MLP(cfg)
 
-    def __call__(self, x: Tensor, mask: Tensor, cache_kv: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), mask, cache_kv, pos)
+    def __call__(self, x: Tensor, mask: Tensor | None, cache_kv: Tensor | None = None, pos: Tensor | None = None,
+                 start_pos: Any = None) -> Tensor:  # fmt: skip
+        x = x + self.attn(self.ln_1(x), mask, cache_kv, pos, start_pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -116,31 +120,34 @@ class GPT2:
         shape = (2, batch, cfg.n_head, cfg.n_ctx, cfg.n_embd // cfg.n_head)
         return [Tensor.zeros(*shape).contiguous().realize() for _ in range(cfg.n_layer)]
 
-    def __call__(self, tokens: Tensor, cache: list[Tensor] | None = None, pos: Tensor | None = None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: list[Tensor] | None = None, pos: Tensor | None = None,
+                 start_pos: Any = None) -> Tensor:  # fmt: skip
         """Logits (batch, length, vocab) for tokens (batch, length).
 
         Without a cache: whole sequences from position 0, each token attending to those before it.
-        With a cache (new_cache) and pos (a one-element int Tensor): tokens is (batch, 1), the token at position
-        pos; it writes its keys and values into the cache and attends to the cache's positions 0..pos.
+        With a cache (new_cache), pos (a one-element int Tensor) and start_pos (Variable("start_pos", 0, n_ctx - 1)
+        bound to the same position): tokens is (batch, 1), the token at position pos; it writes its keys and values
+        into the cache and attends to the cache's positions 0..pos.
         """
         if tokens.ndim != 2:
             raise ValueError(f"GPT2: tokens must be (batch, length), got shape {tokens.shape}")
-        if (cache is None) != (pos is None):
-            raise ValueError("GPT2: pass both a cache and a position, or neither")
+        if not (cache is None) == (pos is None) == (start_pos is None):
+            raise ValueError("GPT2: pass a cache, a position and a bound start_pos Variable, or none of them")
         length = tokens.shape[1]
         if cache is None:
             if length > self.cfg.n_ctx:
                 raise ValueError(f"GPT2: {length} tokens do not fit the context of {self.cfg.n_ctx}")
-            query_pos = key_pos = Tensor.arange(length)
+            query_pos = Tensor.arange(length)
         else:
             if length != 1 or len(cache) != self.cfg.n_layer or cache[0].shape[1] != tokens.shape[0]:
                 raise ValueError(f"GPT2: a cached step takes one token per sequence of the cache's batch "
                                  f"({cache[0].shape[1]}), got tokens of shape {tokens.shape}")  # fmt: skip
-            query_pos, key_pos = pos.reshape(1), Tensor.arange(self.cfg.n_ctx)
-        mask = key_pos.reshape(1, -1) <= query_pos.reshape(-1, 1)  # causal: a query sees keys up to its position
+            query_pos = pos.reshape(1)
+        # causal: a query sees keys up to its position (one cached query sees all start_pos + 1 keys it attends to)
+        mask = Tensor.arange(length).reshape(1, -1) <= query_pos.reshape(-1, 1) if cache is None else None
         x = self.wte(tokens) + self.wpe(query_pos)
         for i, block in enumerate(self.h):
-            x = block(x, mask, None if cache is None else cache[i], pos)
+            x = block(x, mask, None if cache is None else cache[i], pos, start_pos)
         return self.ln_f(x) @ self.wte.weight.T  # the head shares the token embedding's weights
 
 
@@ -151,14 +158,15 @@ class Generator:
         self.model, self.cache = model, model.new_cache(batch=1)
         self.step = TinyJit(self._step)
 
-    def _step(self, token: Tensor, pos: Tensor) -> Tensor:
-        return self.model(token, self.cache, pos)[:, -1, :].realize()
+    def _step(self, token: Tensor, pos: Tensor, start_pos: Any) -> Tensor:
+        return self.model(token, self.cache, pos, start_pos)[:, -1, :].realize()
 
     def logits(self, token: int, pos: int) -> list[float]:
         """The next-token logits after `token` at position `pos` (the cache must hold positions 0..pos-1)."""
         if not 0 <= pos < self.model.cfg.n_ctx:
             raise ValueError(f"Generator.logits: position {pos} is outside the context 0..{self.model.cfg.n_ctx - 1}")
-        return self.step(Tensor([[token]]), Tensor([pos])).tolist()[0]
+        start_pos = Variable("start_pos", 0, self.model.cfg.n_ctx - 1).bind(pos)
+        return self.step(Tensor([[token]]), Tensor([pos]), start_pos).tolist()[0]
 
     def generate(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> list[int]:
         """The max_new_tokens tokens after prompt: greedy at temperature 0, else sampled from softmax(logits / T)."""

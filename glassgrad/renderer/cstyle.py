@@ -10,6 +10,7 @@ from glassgrad.renderer import Renderer
 from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
+from glassgrad.uop.variable import kernel_vars
 
 SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)
 # C computes these in int: a result must be cast back to its type, or it keeps bits the dtype has not (uint8 255 + 1
@@ -342,6 +343,11 @@ class CStyleRenderer(Renderer):
         return "\n".join(self.prelude(program) + [writer.write(name)]) + "\n"
 
 
+def var_name(var: UOp) -> str:
+    """A Variable's parameter in C: its name, apart from every name the writer makes."""
+    return f"var_{var.arg[0]}"
+
+
 WRITTEN_AS_MATH = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}  # the ops CKernelWriter.alu writes; any other needs a handler
 
 
@@ -381,23 +387,27 @@ class CKernelWriter:
 
     def write(self, name: str) -> str:
         handlers: dict[Ops, Callable[[UOp], None]] = {
-            Ops.DEFINE_GLOBAL: self.define_global, Ops.CONST: self.const, Ops.RANGE: self.range,
-            Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load, Ops.STORE: self.store,
-            Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign, Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
+            Ops.DEFINE_GLOBAL: self.define_global, Ops.DEFINE_VAR: self.define_var, Ops.CONST: self.const,
+            Ops.RANGE: self.range, Ops.ENDRANGE: self.endrange, Ops.INDEX: lambda u: None, Ops.LOAD: self.load,
+            Ops.STORE: self.store, Ops.DEFINE_ACC: self.define_acc, Ops.ASSIGN: self.assign,
+            Ops.VECTORIZE: self.vectorize, Ops.GEP: self.gep,
         } | self.dialect_handlers()  # fmt: skip
         self.params: list[str] = []
         for u in self.program:
             if (handler := handlers.get(u.op, self.alu if u.op in WRITTEN_AS_MATH else None)) is None:
                 raise NotImplementedError(f"{type(self.r).__name__} has no handler for {u.op} (kernel {name})")
             handler(u)
-        buffers = len(self.params)
+        buffers, variables = len(self.params), kernel_vars(self.program)
+        self.params += [f"{self.r.type_name(v.dtype)} {var_name(v)}" for v in variables]
         if self.outer_loop is not None:
             self.params += self.r.outer_loop_params
         kernel = f"{self.r.kernel_prefix} {name}({', '.join(self.params)}) {{\n" + "\n".join(self.lines) + "\n}"
         if self.outer_loop is None or not self.r.range_entry:
             return kernel
-        # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them
-        args = ", ".join([f"args[{i}]" for i in range(buffers)] + ["start", "end"])
+        # one signature for every kernel, so that the CPU's thread pool (runtime/cpu_threads.py) can call any of them:
+        # the buffers' addresses, then the Variables' values as pointer-sized ints
+        values = [f"(int)(long long)args[{buffers + i}]" for i in range(len(variables))]
+        args = ", ".join([f"args[{i}]" for i in range(buffers)] + values + ["start", "end"])
         return kernel + f"\nvoid {name}_range(void** args, long long start, long long end) {{ {name}({args}); }}"
 
     def dialect_handlers(self) -> dict[Ops, Callable[[UOp], None]]:
@@ -407,6 +417,9 @@ class CKernelWriter:
     def define_global(self, u: UOp) -> None:
         self.names[u] = f"data{u.arg}"
         self.params.append(f"{self.r.buffer_prefix}{self.r.type_name(u.dtype)} {self.r.restrict} data{u.arg}")
+
+    def define_var(self, u: UOp) -> None:
+        self.names[u] = var_name(u)  # an int parameter, after the buffers (kernel_vars)
 
     def const(self, u: UOp) -> None:
         self.names[u] = self.r.render_const(u.arg, u.dtype)

@@ -85,6 +85,8 @@ def grid_loops(program: list[UOp], outer_loop: UOp | None) -> list[UOp]:
             children += [u] if u.op is Ops.RANGE and depth == 1 else []
         if len(children) != 1 or body[-1].src[0] is not children[0]:
             return loops  # one loop, and nothing after it
+        if children[0].src[0].op is not Ops.CONST:
+            return loops  # a symbolic loop (uop/variable.py): it runs to a kernel parameter, no fixed grid
         if prod(size(loop) for loop in loops) * size(children[0]) >= 2**31:
             return loops  # the global index is an int
         inner = program[position[children[0]] : end[children[0]]]

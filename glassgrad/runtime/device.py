@@ -64,13 +64,14 @@ class Compiler:
 
 
 class Program:
-    """A loaded kernel: call it with buffers (and loop bounds for threads) to run it; returns seconds if timed."""
+    """A loaded kernel: call it with buffers (and loop bounds for threads; `vals`, the values of its Variables, only
+    where it takes some) to run it; returns seconds if timed."""
 
     def __init__(self, name: str, binary: bytes):
         self.name = name  # the binary is not kept: a loaded program holds what it needs
 
     def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] = (1,),
-                 wait: bool = False) -> float | None:  # fmt: skip
+                 wait: bool = False, vals: tuple[int, ...] = ()) -> float | None:  # fmt: skip
         raise NotImplementedError
 
 

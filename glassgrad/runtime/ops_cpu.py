@@ -178,14 +178,16 @@ class CPUProgram(Program):
         self._last_bufs: tuple = ()
         self._last_pointers: ctypes.Array | None = None
 
-    def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False) -> float | None:
+    def __call__(self, *bufs, global_size=None, local_size=None, wait: bool = False, vals: tuple[int, ...] = ()
+                 ) -> float | None:  # fmt: skip
         start = time.perf_counter()
         if self.fn.argtypes is None:  # declared once: ctypes then converts plain ints, twice as fast as c_void_p(...)
-            self.fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_longlong] * (2 * (global_size is not None))
-        if global_size is None:  # no loop to split: the kernel takes only its buffers
-            self.fn(*[b[1] for b in bufs])
+            self.fn.argtypes = ([ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
+                                + [ctypes.c_longlong] * (2 * (global_size is not None)))  # fmt: skip
+        if global_size is None:  # no loop to split: the kernel takes its buffers and its Variables' values
+            self.fn(*[b[1] for b in bufs], *vals)
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*[b[1] for b in bufs], 0, global_size[0])
+            self.fn(*[b[1] for b in bufs], *vals, 0, global_size[0])
             # the faster of its last two runs on one core decides: a first run is slow for reasons of its own (cold
             # caches, fresh pages), and a tiny kernel sent to the pool by it would pay the threads' wake-up each run
             seconds = time.perf_counter() - start
@@ -193,7 +195,7 @@ class CPUProgram(Program):
         else:
             if CPUProgram.threads is None:
                 CPUProgram.threads = CThreads(CCompiler())
-            CPUProgram.threads.run(self.range_fn, self._pointers(bufs), global_size[0], THREADS)
+            CPUProgram.threads.run(self.range_fn, self._pointers(bufs, vals), global_size[0], THREADS)
             if time.perf_counter() - start < THREADING_THRESHOLD_S / 4:  # its slow runs were cold starts (caches,
                 self.single_thread_seconds = 0.0  # page faults): next time it runs on one core and is timed again
         return time.perf_counter() - start if wait else None
@@ -204,11 +206,12 @@ class CPUProgram(Program):
         except Exception:  # interpreter shutdown, or __init__ failed before it was loaded
             pass
 
-    def _pointers(self, bufs: tuple) -> ctypes.Array:
-        """The buffers' addresses as a C array for the pool, made again only when the buffers change (a TinyJit
-        replay or a cached schedule runs a kernel on the same ones again)."""
-        if bufs != self._last_bufs:
-            self._last_bufs, self._last_pointers = bufs, (ctypes.c_void_p * len(bufs))(*(b[1] for b in bufs))
+    def _pointers(self, bufs: tuple, vals: tuple[int, ...]) -> ctypes.Array:
+        """The buffers' addresses and the Variables' values as a C array for the pool, made again only when they
+        change (a TinyJit replay or a cached schedule runs a kernel on the same buffers again)."""
+        if (bufs, vals) != self._last_bufs:
+            addresses = [b[1] for b in bufs] + list(vals)
+            self._last_bufs, self._last_pointers = (bufs, vals), (ctypes.c_void_p * len(addresses))(*addresses)
         return self._last_pointers
 
 

@@ -291,9 +291,10 @@ class CUDAProgram(Program):
         return value.value
 
     def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None,
-                 local_size: tuple[int, ...] | None = None, wait: bool = False) -> float | None:  # fmt: skip
+                 local_size: tuple[int, ...] | None = None, wait: bool = False, vals: tuple[int, ...] = ()
+                 ) -> float | None:  # fmt: skip
         grid, block = launch_dims(global_size, local_size)
-        args, params = kernel_params(bufs)
+        args, params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
         self.device.activate()
         with EventTimer(wait) as timer:
             cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, params, None)

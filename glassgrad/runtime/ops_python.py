@@ -12,6 +12,7 @@ from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
 from glassgrad.runtime.out_of_memory import host_bytes
 from glassgrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.variable import kernel_vars
 
 
 class PythonAllocator(Allocator):
@@ -38,9 +39,11 @@ class PythonRenderer(Renderer):
 
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         position: dict[UOp, int] = {}  # a value computed in two loops over one range reads its latest copy
+        variables = kernel_vars(program)
         rows = []
         for i, u in enumerate(program):
             arg = u.arg if u.op is not Ops.STORE else "ADD" if u.arg is Ops.ADD else None  # (or the check it records)
+            arg = variables.index(u) if u.op is Ops.DEFINE_VAR else arg
             rows.append([u.op.name, _dtype_name(u.dtype), [position[s] for s in u.src], arg])
             position[u] = i
         return "\n".join([name] + [json.dumps(row) for row in rows])
@@ -81,7 +84,8 @@ class PythonProgram(Program):
             if op is Ops.ENDRANGE:
                 self.loop_end[src[0]] = i
 
-    def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait: bool = False) -> float | None:
+    def __call__(self, *bufs, global_size=(1,), local_size=(1,), wait: bool = False, vals: tuple[int, ...] = ()
+                 ) -> float | None:  # fmt: skip
         start = time.perf_counter()
         code, values = self.code, [None] * len(self.code)
         pc = 0
@@ -91,6 +95,8 @@ class PythonProgram(Program):
                 values[pc] = Memory(bufs[arg], dtype)
             elif op is Ops.CONST:
                 values[pc] = arg
+            elif op is Ops.DEFINE_VAR:  # arg: its place among the kernel's Variables
+                values[pc] = vals[arg]
             elif op is Ops.RANGE:
                 values[pc] = 0
                 if values[src[0]] <= 0:

@@ -15,6 +15,7 @@ from glassgrad.helpers import prod, strides_for_shape
 from glassgrad.schedule.conv import window_buffers
 from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.schedule.pack import operand_twins, pack_panels, renderer_of_device
+from glassgrad.schedule.symbolic_shapes import bound_sizes, shadow_sizes, with_bound_sizes
 from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker, apply_movement, chain_view
@@ -425,9 +426,10 @@ def _view(st: ShapeTracker) -> UOp:
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
-    matcher = pack_panels + window_buffers + copy_disk_views
+    matcher = shadow_sizes + pack_panels + window_buffers + copy_disk_views
     twin = operand_twins(roots, enter=lambda n: not has_buffer(n), matcher=matcher)
     if any(new is not node for node, new in twin.items()):
+        sizes = bound_sizes(twin)  # symbolic sizes were laid out at their largest: the tensors get theirs back
         # operands got buffers of their own (packed panels, padded windows), a copy moved below a view: kernelize
         # that graph, and answer for the nodes of the one given
         replaced = kernelize_graph([twin[r] for r in roots])
@@ -436,7 +438,7 @@ def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
                    and new.op is Ops.RESHAPE and new.src[0] in replaced}  # fmt: skip
         answer |= {node: new.substitute(replaced) for node, new in twin.items()
                    if node.op is Ops.COPY and new.op is not Ops.COPY and new.base in replaced}  # fmt: skip
-        return answer
+        return {node: with_bound_sizes(new, sizes) for node, new in answer.items()}
     return kernelize_graph(roots)
 
 

@@ -11,6 +11,7 @@ of the merged kernel. Axes of size 1 are left as they are (nothing is gained, an
 from __future__ import annotations
 
 from glassgrad.uop.ops import GroupOp, Ops, UOp
+from glassgrad.uop.variable import SymDim
 from glassgrad.uop.view import ShapeTracker
 
 # the ops of a kernel whose shapes all come from its views and its reductions' axes
@@ -50,8 +51,12 @@ def _merge_one(trackers: dict[UOp, ShapeTracker], reduced: set[int]) -> tuple[in
     shape = _full_shape(trackers)
     if 0 in shape:
         return None
+    # a symbolic axis stays one: its loop runs to a kernel parameter, which a merged axis could not
+    symbolic = {a for st in trackers.values() for a, s in enumerate(st.shape) if isinstance(s, SymDim)}
     for axis in reversed(range(len(shape) - 1)):
         if shape[axis] == 1 or shape[axis + 1] == 1 or (axis in reduced) != (axis + 1 in reduced):
+            continue
+        if axis in symbolic or axis + 1 in symbolic:
             continue
         merged = {v: _merged(st, axis) for v, st in trackers.items()}
         if all(st is not None for st in merged.values()):

@@ -23,6 +23,8 @@ class Ops(enum.Enum):
     ARANGE = enum.auto()  # the index of each element, 0 .. n-1: the one source of position-dependent values
     KERNEL = enum.auto()
     CHECK = enum.auto()  # a value that must meet a condition (uop/check.py), tested where a kernel computes it
+    DEFINE_VAR = enum.auto()  # a symbolic int, arg (name, min, max): a kernel's int parameter (uop/variable.py)
+    BIND = enum.auto()  # BIND(DEFINE_VAR, CONST): a variable with the value it has in this call
     # elementwise, one input
     NEG = enum.auto()
     EXP2 = enum.auto()

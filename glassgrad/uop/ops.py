@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -208,9 +210,98 @@ class UOp(BinaryOperators):
     def __repr__(self) -> str:
         return pretty_print(self)
 
+    def __bool__(self) -> bool:
+        # a comparison of symbolic sizes (`if size < 0` on a shape holding a Variable) has no truth value: raise rather
+        # than take a branch (any other node is true, as every object is)
+        if self.dtype == dtypes.bool and any(n.op in (Ops.DEFINE_VAR, Ops.BIND) for n in self.toposort()):
+            raise TypeError(f"the truth value of the symbolic comparison {render_sint(self)} is not known")
+        return True
+
+    # ---- symbolic ints (tinygrad's Variable: uop/variable.py) ----
+
+    def __index__(self) -> int:  # a symbolic size where an int is needed: numpy(), an index, a Python range
+        raise TypeError(
+            f"the symbolic size {render_sint(self)} is not an int, and an int is needed here (to read a tensor of a "
+            "symbolic shape, reshape it to ints first: t.reshape(3, 4) for (3, i=4))"
+        )
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int) -> UOp:
+        """A symbolic int named `name` that takes values min_val..max_val (bind it to a value with .bind(value))."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"Variable: the name must be an identifier (it names a kernel parameter), got {name!r}")
+        if any(not isinstance(b, int) or isinstance(b, bool) for b in (min_val, max_val)):
+            raise TypeError(f"Variable {name}: min and max must be ints, got {min_val!r} and {max_val!r}")
+        if not 0 <= min_val <= max_val:
+            raise ValueError(f"Variable {name}: need 0 <= min <= max (a size), got min {min_val} and max {max_val}")
+        return UOp(Ops.DEFINE_VAR, dtypes.int, (), (name, min_val, max_val))
+
+    def bind(self, value: int) -> UOp:
+        """This variable bound to `value` for one call: BIND(var, value); a value outside [min, max] is a ValueError."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"bind: only a Variable can be bound, not {render_sint(self)}")
+        name, low, high = self.arg
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"bind: Variable {name} takes an int, got {type(value).__name__} {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"bind: {value} is outside the range of Variable {name}, [{low}, {high}]")
+        return UOp(Ops.BIND, dtypes.int, (self, UOp.const(dtypes.int, value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(the variable, its value) of a bound variable."""
+        if self.op is not Ops.BIND:
+            raise TypeError(f"unbind: {render_sint(self)} is not a bound Variable")
+        for readers in value_readers:  # a TinyJit capture: a replay must not bind it to another value
+            readers.setdefault(self.src[0], self.src[1].arg)
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """A variable's name."""
+        return self.src[0].arg[0] if self.op is Ops.BIND else self.arg[0]
+
+    @property
+    def val(self) -> int:
+        """The value a bound variable has."""
+        return self.unbind()[1]
+
+
+# Where a graph's sizes depend on a bound variable's value, not on the variable (a crop back to ints, code reading
+# .val): each dict here (a TinyJit capture's) is told the variable and the value (the engine reads values directly).
+value_readers: list[dict[UOp, int]] = []
+
 
 def _pad_shape(shape, arg):
-    return tuple(s + before + after for s, (before, after) in zip(shape, arg))
+    return tuple(s if before == after == 0 else size_sum(s, before, after) for s, (before, after) in zip(shape, arg))
+
+
+def _terms(x: Any, scale: int, found: dict) -> None:
+    """Add scale * x to `found` (an expression's terms: each non-sum node to its factor, None to the constant)."""
+    if isinstance(x, int) or x.op is Ops.CONST:
+        found[None] = found.get(None, 0) + scale * (x if isinstance(x, int) else x.arg)
+    elif x.op is Ops.ADD:
+        _terms(x.src[0], scale, found)
+        _terms(x.src[1], scale, found)
+    elif x.op is Ops.NEG:
+        _terms(x.src[0], -scale, found)
+    elif x.op is Ops.MUL and x.src[1].op is Ops.CONST:
+        _terms(x.src[0], scale * x.src[1].arg, found)
+    else:
+        found[x] = found.get(x, 0) + scale
+
+
+def size_sum(*sizes: Any) -> Any:
+    """The sum of sizes (ints and symbolic ones, uop/variable.py) with like terms collected: an int where the
+    variables cancel (a symbolic dim padded back to a fixed size), the one term itself where it is alone."""
+    if all(isinstance(s, int) for s in sizes):
+        return sum(sizes)
+    found: dict = {}
+    for s in sizes:
+        _terms(s, 1, found)
+    constant = found.pop(None, 0)
+    terms = [t if f == 1 else t * f for t, f in found.items() if f != 0]
+    total = functools.reduce(operator.add, terms) if terms else constant
+    return total + constant if terms and constant else total
 
 
 # How each Tensor-level op derives its shape from its sources and arg.
@@ -222,7 +313,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.EXPAND: lambda u: tuple(u.arg),
     Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
     Ops.PAD: lambda u: _pad_shape(u.src[0].shape, u.arg),
-    Ops.SHRINK: lambda u: tuple(end - start for start, end in u.arg),
+    Ops.SHRINK: lambda u: tuple(end if start == 0 else size_sum(end, -start) for start, end in u.arg),
     Ops.FLIP: lambda u: u.src[0].shape,
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
@@ -234,6 +325,8 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.UNIQUE: lambda u: None,
     Ops.DEFINE_GLOBAL: lambda u: None,
     Ops.RANGE: lambda u: None,
+    Ops.DEFINE_VAR: lambda u: None,
+    Ops.BIND: lambda u: None,
 }
 
 
@@ -280,6 +373,20 @@ def pretty_print(root: UOp, max_nodes: int = 400) -> str:
 
     emit(root, 0)
     return "\n".join(lines)
+
+
+def render_sint(u: UOp) -> str:
+    """A symbolic int as text: `i`, `(i+1)`, `i=3` for a bound variable."""
+    if u.op is Ops.DEFINE_VAR:
+        return u.arg[0]
+    if u.op is Ops.BIND:
+        return f"{u.src[0].arg[0]}={u.src[1].arg}"
+    if u.op is Ops.CONST:
+        return repr(u.arg)
+    symbol = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!="}.get(u.op)
+    if symbol is None or len(u.src) != 2:
+        return f"{u.op.name.lower()}({', '.join(render_sint(s) for s in u.src)})"
+    return f"({render_sint(u.src[0])}{symbol}{render_sint(u.src[1])})"
 
 
 def _arg_repr(arg: Any) -> str:

@@ -94,6 +94,8 @@ def _logic_bounds(combine: Callable[[bool, bool], bool]) -> Callable:
 # (lowest, highest) of each op, from the node and the bounds of its sources; None where unknown.
 _bounds_rules: dict[Ops, Callable[..., tuple | None]] = {
     Ops.CONST: lambda u: (u.arg, u.arg),
+    Ops.DEFINE_VAR: lambda u: (u.arg[1], u.arg[2]),  # a Variable: its range (uop/variable.py)
+    Ops.BIND: lambda u, var, value: var,
     Ops.RANGE: lambda u, end, *thread: _loop_bounds(end),
     Ops.SPECIAL: lambda u: _loop_bounds((u.arg[1], u.arg[1])) if isinstance(u.arg[1], int) else None,
     Ops.ADD: lambda u, a, b: (a[0] + b[0], a[1] + b[1]),

@@ -11,6 +11,7 @@ from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.symbolic import simplify
+from glassgrad.uop.variable import SymDim, shadow_arg
 
 Range = tuple[int, int]  # [lo, hi) along one dim
 
@@ -55,10 +56,10 @@ class View:
         strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides, strict=True))
         if mask is None:
             return View(shape, strides, offset, None)
-        mask = tuple((max(lo, 0), min(hi, s)) for (lo, hi), s in zip(mask, shape, strict=True))
+        mask = tuple((max(lo, 0), min(hi, int(s))) for (lo, hi), s in zip(mask, shape, strict=True))
         if any(lo >= hi for lo, hi in mask):  # nothing is valid: one form for all such views
             return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape))
-        if all(r == (0, s) for r, s in zip(mask, shape, strict=True)):
+        if all(r == (0, int(s)) for r, s in zip(mask, shape, strict=True)):
             return View(shape, strides, offset, None)
         # a dim whose mask keeps one index reads one address: fold that address into the offset
         pinned = [hi - lo == 1 for lo, hi in mask]
@@ -128,7 +129,8 @@ class View:
             raise ValueError(f"pad: padding {arg} of {self.shape} must be non-negative")
         if all(p == (0, 0) for p in arg):
             return self
-        shape = tuple(s + before + after for s, (before, after) in zip(self.shape, arg, strict=True))
+        shape = tuple(s if before == after == 0 else s + before + after
+                      for s, (before, after) in zip(self.shape, arg, strict=True))  # fmt: skip
         offset = self.offset - sum(before * st for (before, _), st in zip(arg, self.strides, strict=True))
         mask = tuple((lo + before, hi + before) for (lo, hi), (before, _) in zip(self._ranges(), arg, strict=True))
         return View.create(shape, self.strides, offset, mask)
@@ -140,7 +142,7 @@ class View:
             raise ValueError(f"shrink: {arg} is not a window of {self.shape} (need 0 <= start <= end <= size)")
         if all(r == (0, s) for r, s in zip(arg, self.shape, strict=True)):
             return self
-        shape = tuple(end - start for start, end in arg)
+        shape = tuple(end if start == 0 else end - start for start, end in arg)  # (a symbolic end is kept)
         offset = self.offset + sum(start * st for (start, _), st in zip(arg, self.strides, strict=True))
         mask = None
         if self.mask is not None:  # View.create clips the ranges to the new shape
@@ -205,7 +207,7 @@ class View:
             return {}
         found = {}
         for d, (idx, s, (lo, hi)) in enumerate(zip(idxs, self.shape, self.mask, strict=True)):
-            if (lo, hi) != (0, s):
+            if (lo, hi) != (0, int(s)):
                 found[d] = (UOp(Ops.RANGE, idx.dtype, (UOp.const(idx.dtype, hi - lo),), ("valid range", d)), lo)
         return found
 
@@ -215,7 +217,7 @@ class View:
         return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
 
     def _ranges(self) -> tuple[Range, ...]:
-        return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+        return self.mask if self.mask is not None else tuple((0, int(s)) for s in self.shape)
 
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ class ShapeTracker:
         top = self.views[-1]
         stacked = len(self.views) > 1
         return tuple(
-            None if r != (0, s) or (stacked and st != 0) else st
+            None if r != (0, int(s)) or (stacked and st != 0) else st
             for s, st, r in zip(top.shape, top.strides, top._ranges(), strict=True)
         )
 
@@ -299,15 +301,19 @@ class ShapeTracker:
 # ---- helpers ----
 
 
+def _as_int(x: int) -> int:
+    return x if isinstance(x, SymDim) else operator.index(x)  # a symbolic size stays one (uop/variable.py)
+
+
 def _as_shape(shape: Sequence[int], op: str) -> tuple[int, ...]:
-    shape = tuple(operator.index(s) for s in shape)
+    shape = tuple(_as_int(s) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"{op}: shape {shape} has a negative size")
     return shape
 
 
 def _pairs(arg: Sequence[Range], shape: tuple[int, ...], op: str) -> tuple[Range, ...]:
-    arg = tuple((operator.index(a), operator.index(b)) for a, b in arg)
+    arg = tuple((_as_int(a), _as_int(b)) for a, b in arg)
     if len(arg) != len(shape):
         raise ValueError(f"{op}: {arg} needs one (before, after) pair per dim of {shape}")
     return arg
@@ -443,7 +449,7 @@ def _compose(lower: View, upper: View) -> View | None:
 
 def apply_movement(st: ShapeTracker, mv: UOp) -> ShapeTracker:
     """The tracker with the movement op `mv` applied (RESHAPE -> st.reshape(arg), ...)."""
-    return getattr(st, mv.op.name.lower())(mv.arg)
+    return getattr(st, mv.op.name.lower())(shadow_arg(mv.arg))  # a symbolic size laid out at its largest
 
 
 def chain_view(node: UOp) -> ShapeTracker:
