@@ -257,8 +257,8 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return self
 
     def _host_bytes(self) -> bytearray:
-        if _holds_bytes_only(self.device) and not self._is_contiguous_buffer():  # a part of a file: DISK computes
-            return self.to("CPU")._host_bytes()  # nothing
+        if (through := _read_through(self)) is not None:  # a part of a file (DISK computes nothing), or shards
+            return self.to(through)._host_bytes()
         t = self if self._is_contiguous_buffer() else self.contiguous()
         t.realize()
         return buffer_of(t.uop.base).as_bytes()
@@ -299,11 +299,11 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             raise ArgumentError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs 1")
         return unpack_values(self._host_bytes(), self.dtype)[0]
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on another device (a COPY, run when realized)."""
+    def to(self, device: str | tuple[str, ...]) -> Tensor:
+        """This tensor on another device (a COPY, run when realized), or a copy on each of a tuple of devices."""
         device = Device.canonicalize(device)
-        if device == self.device:
-            return self
+        if device == self.device or isinstance(device, tuple):
+            return self if device == self.device else self.shard(device)
         check_device_holds(device, self.dtype)
         flat = self.reshape(self.numel()) if self.ndim != 1 else self
         copy = UOp(Ops.COPY, self.dtype, (flat.uop, _device_node(device)))
@@ -433,9 +433,12 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 # ---- helpers for the class above ----
 
 
-def _holds_bytes_only(device: Any) -> bool:
-    """Whether the device is storage that runs no kernels (DISK: a file), as its renderer says."""
-    return isinstance(device, str) and not Device[device].renderer.runs_kernels
+def _read_through(t: Tensor) -> str | None:
+    """The device a tensor's values are read through: the first of a sharded tensor's (gathered there), the CPU
+    for a part of a file that is not a run of its bytes (DISK runs no kernels, as its renderer says); else None."""
+    if isinstance(t.device, tuple):
+        return t.device[0]
+    return "CPU" if not Device[t.device].renderer.runs_kernels and not t._is_contiguous_buffer() else None
 
 
 def _reads_through_other_view(value: UOp, target: UOp) -> bool:

@@ -23,6 +23,10 @@ class Ops(enum.Enum):
     ARANGE = enum.auto()  # the index of each element, 0 .. n-1: the one source of position-dependent values
     KERNEL = enum.auto()
     CHECK = enum.auto()  # a value that must meet a condition (uop/check.py), tested where a kernel computes it
+    # several devices (uop/multi.py): MULTI(shard on each device), arg the axis split across them (None: copies);
+    # MSELECT(x), arg (i, axis): the i-th shard of x split along axis, on x's i-th device
+    MULTI = enum.auto()
+    MSELECT = enum.auto()
     # elementwise, one input
     NEG = enum.auto()
     EXP2 = enum.auto()

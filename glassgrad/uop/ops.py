@@ -192,6 +192,10 @@ class UOp(BinaryOperators):
             return self.arg
         if self.op is Ops.COPY:
             return self.src[1].arg
+        if self.op is Ops.MULTI:
+            return tuple(s.device for s in self.src)
+        if self.op is Ops.MSELECT:
+            return self.src[0].device[self.arg[0]]
         for s in self.src:
             if (d := s.device) is not None:
                 return d
@@ -227,6 +231,8 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
     Ops.SCATTER_ADD: lambda u: u.src[0].shape,
+    Ops.MULTI: lambda u: _resized(u.src[0].shape, u.arg, lambda n: n * len(u.src)),
+    Ops.MSELECT: lambda u: _resized(u.src[0].shape, u.arg[1], lambda n: n // len(u.src[0].device)),
     Ops.KERNEL: lambda u: None,
     Ops.SINK: lambda u: None,
     Ops.STORE: lambda u: None,
@@ -235,6 +241,10 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.DEFINE_GLOBAL: lambda u: None,
     Ops.RANGE: lambda u: None,
 }
+
+
+def _resized(shape: tuple[int, ...], axis: int | None, size: Callable[[int], int]) -> tuple[int, ...]:
+    return shape if axis is None else tuple(size(n) if i == axis else n for i, n in enumerate(shape))
 
 
 def _shape_of(u: UOp) -> tuple[int, ...] | None:
