@@ -122,8 +122,11 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.PAD: lambda g, node, x, out: _unpad(g, node),
     Ops.SHRINK: lambda g, node, x, out: _unshrink(g, node),
     Ops.FLIP: lambda g, node, x, out: (g.flip(*[i for i, f in enumerate(node.arg) if f]),),
-    # several devices: each shard gets its part of g; a selected shard's g is its part of the whole, zeros elsewhere
-    Ops.MULTI: lambda g, node, *shards: tuple(type(g)(select(g.uop, i, node.arg)) for i in range(len(node.src))),
+    # several devices: each shard gets its part of g, or the first copy all of it (the copies are one value); a
+    # selected shard's g is its part of the whole, zeros elsewhere
+    Ops.MULTI: lambda g, node, *shards: tuple(
+        type(g)(select(g.uop, i, node.arg)) if node.arg is not None or i == 0 else None for i in range(len(node.src))
+    ),
     Ops.MSELECT: lambda g, node, x, out: (type(g)(with_zeros(g.uop, node.arg[0], x.device, node.arg[1])),),
 }
 
