@@ -81,18 +81,20 @@ def test_broadcast(devices, shapes):
     _check(lambda x, y: x * y - y, lambda x, y: x * y - y, shapes, devices)
 
 
+def _reduction(op: str, dim: int | None, keepdim: bool, torch_max: bool = False):
+    if dim is None:
+        return lambda x: getattr(x, op)()
+    if torch_max and op == "max":
+        return lambda x: x.max(dim, keepdim=keepdim).values
+    return lambda x: getattr(x, op)(dim, keepdim=keepdim)
+
+
 @pytest.mark.parametrize("shape", [(6,), (4, 6), (2, 6, 3), (12, 1, 6)])
 @pytest.mark.parametrize("op", ["sum", "max", "mean"])
-def test_reduce_each_axis(devices, shape, op):
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reduce_each_axis(devices, shape, op, keepdim):
     for dim in [None, *range(len(shape))]:
-        for keepdim in (False, True):
-            if dim is None and keepdim:
-                continue
-            kw = {} if dim is None else {"keepdim": keepdim}
-            args = () if dim is None else (dim,)
-            tfn = (lambda x: getattr(x, op)(*args, **kw)) if op != "max" or dim is None else \
-                (lambda x: x.max(*args, **kw).values)  # fmt: skip
-            _check(lambda x: getattr(x, op)(*args, **kw), tfn, [shape], devices)
+        _check(_reduction(op, dim, keepdim), _reduction(op, dim, keepdim, torch_max=True), [shape], devices)
 
 
 @pytest.mark.parametrize("shapes", [[(6, 4), (4, 5)], [(4, 6), (6, 6)], [(2, 6, 4), (4, 3)], [(6,), (6, 4)]])
