@@ -385,9 +385,9 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return (rows == cols).cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
 
     def full_like(self, fill_value: Any, **kwargs) -> Tensor:
-        """`fill_value` with this tensor's shape, dtype and device."""
-        return Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
-                           device=kwargs.pop("device", self.device), **kwargs)  # fmt: skip
+        """`fill_value` with this tensor's shape, dtype and device (split across devices as this tensor is)."""
+        return self._split_like(Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
+                                            device=kwargs.pop("device", self.device), **kwargs))  # fmt: skip
 
     def zeros_like(self, **kwargs) -> Tensor:
         """Zeros with this tensor's shape, dtype and device."""
@@ -398,9 +398,10 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return self.full_like(1, **kwargs)
 
     def rand_like(self, **kwargs) -> Tensor:
-        """Uniform [0, 1) values with this tensor's shape."""
+        """Uniform [0, 1) values with this tensor's shape (split across devices as this tensor is)."""
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
-        return Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+        return self._split_like(Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device),
+                                            **kwargs))  # fmt: skip
 
     def randn_like(self, **kwargs) -> Tensor:
         """Standard normal values with this tensor's shape."""
@@ -434,8 +435,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 
 
 def _read_through(t: Tensor) -> str | None:
-    """The device a tensor's values are read through: the first of a sharded tensor's (gathered there), the CPU
-    for a part of a file that is not a run of its bytes (DISK runs no kernels, as its renderer says); else None."""
+    """Where to gather a sharded tensor (its first device) or a part of a file DISK can't lay out (the CPU)."""
     if isinstance(t.device, tuple):
         return t.device[0]
     return "CPU" if not Device[t.device].renderer.runs_kernels and not t._is_contiguous_buffer() else None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from glassgrad import Device, Tensor, nn
+from glassgrad import Device, Tensor, TinyJit, nn
 from glassgrad.engine.realize import buffer_of
 from glassgrad.helpers import getenv
 from glassgrad.uop.multi import lower_multi, multi
@@ -299,3 +299,33 @@ def test_lowering_a_copy_to_one_device_gathers():
     gathered = lower_multi(UOp(Ops.COPY, x.dtype, (x, UOp(Ops.DEVICE, arg="CPU"))))
     assert gathered.device == "CPU" and gathered.shape == (4, 3)
     assert sum(n.op is Ops.COPY for n in gathered.toposort()) == 1  # only the other device's shard moves
+
+
+def test_sgd_steps_in_tinyjit_match_unjitted(devices):
+    """A jitted data-parallel step: each call's sharded batch is its own (the shards' buffers are swapped in)."""
+    batches = [_data((6, 4), 10 + i) for i in range(4)]
+    results = []
+    for jit in (False, True):
+        weight = Tensor(_data((4, 3), 5)).shard_(devices)
+        optimizer = nn.optim.SGD([weight], lr=0.1, momentum=0.9)
+
+        def step(x: Tensor) -> Tensor:
+            optimizer.zero_grad()
+            loss = (x @ weight).tanh().square().mean().backward()
+            optimizer.step()
+            return loss.realize()
+
+        run = TinyJit(step) if jit else step
+        with Tensor.train():
+            results.append([run(Tensor(b).shard(devices, 0)).item() for b in batches] + [weight.numpy()])
+    for plain, jitted in zip(*results):
+        np.testing.assert_allclose(jitted, plain, rtol=1e-6)
+
+
+def test_state_made_like_a_sharded_tensor_is_split_like_it(devices):
+    w = Tensor(_data((5, 2 * len(devices)))).shard(devices, 1)
+    for made in (w.zeros_like(), w.ones_like(), w.rand_like()):
+        made.realize()
+        assert made.device == devices and made.uop.arg == 1 and made.uop.src[0].shape == (5, 2)
+    momentum = nn.optim.Adam([w.requires_grad_()]).m[0]
+    assert momentum.uop.arg == 1 and momentum.numpy().tolist() == np.zeros((5, 2 * len(devices))).tolist()

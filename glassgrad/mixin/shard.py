@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from glassgrad.errors import ArgumentError
 from glassgrad.mixin.elementwise import check_device_holds
 from glassgrad.runtime.device import Device
-from glassgrad.uop.multi import check_split, copy_to, multi, resharded
+from glassgrad.uop.multi import check_split, copy_to, multi, resharded, split_axis
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
 if TYPE_CHECKING:
@@ -46,6 +46,14 @@ class ShardMixin:
         """shard in place: this tensor (a model's weight, say) now lives split over `devices`."""
         self._set_uop(self.shard(devices, axis).uop)
         return self
+
+    def _split_like(self: Tensor, other: Tensor) -> Tensor:
+        """`other` (of this shape, on this tensor's devices) split as this tensor is: a new tensor of zeros or
+        random values takes the split of the one it is made like."""
+        if not isinstance(self.device, tuple) or other.device != self.device:
+            return other
+        axis = split_axis(self.uop)
+        return other if axis is None else other._derived(resharded(other.uop, axis), other)
 
 
 def _device_tuple(devices: Sequence[str]) -> tuple[str, ...]:

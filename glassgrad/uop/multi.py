@@ -61,6 +61,11 @@ def with_zeros(g: UOp, i: int, devices: Devices, axis: int | None) -> UOp:
     return multi([g if j == i else zeros(d) for j, d in enumerate(devices)], axis)
 
 
+def split_axis(node: UOp) -> int | None:
+    """The axis a graph on several devices is split along, as lowering finds it (None: full copies)."""
+    return lower_multi(node).arg if isinstance(node.device, tuple) else None
+
+
 def check_split(shape: tuple[int, ...], axis: int | None, devices: Devices, op: str = "shard") -> None:
     """An ArgumentError unless `axis` of `shape` splits evenly over the devices (tinygrad's rule: no uneven shards)."""
     if axis is not None and shape[axis] % len(devices):
