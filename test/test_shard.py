@@ -309,7 +309,7 @@ def test_sgd_steps_in_tinyjit_match_unjitted(devices):
         weight = Tensor(_data((4, 3), 5)).shard_(devices)
         optimizer = nn.optim.SGD([weight], lr=0.1, momentum=0.9)
 
-        def step(x: Tensor) -> Tensor:
+        def step(x: Tensor, weight: Tensor = weight, optimizer: nn.optim.SGD = optimizer) -> Tensor:
             optimizer.zero_grad()
             loss = (x @ weight).tanh().square().mean().backward()
             optimizer.step()
