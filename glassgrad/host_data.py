@@ -17,8 +17,8 @@ from glassgrad.dtype import (
 from glassgrad.engine.realize import buffer_of
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
-from glassgrad.uop.multi import device_node as _device_node
 from glassgrad.uop.ops import Ops, UOp, new_buffer
+from glassgrad.uop.ops import device_node as _device_node
 
 
 def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[int, ...]]:

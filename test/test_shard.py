@@ -329,3 +329,27 @@ def test_state_made_like_a_sharded_tensor_is_split_like_it(devices):
         assert made.device == devices and made.uop.arg == 1 and made.uop.src[0].shape == (5, 2)
     momentum = nn.optim.Adam([w.requires_grad_()]).m[0]
     assert momentum.uop.arg == 1 and momentum.numpy().tolist() == np.zeros((5, 2 * len(devices))).tolist()
+
+
+def test_embedding_and_tensor_index_on_a_sharded_batch(devices):
+    """A lookup by index (its gradient a SCATTER_ADD, run on whole copies) matches PyTorch's."""
+    count, w = len(devices), _data((10, 4))
+    idx = np.random.default_rng(1).integers(0, 10, (2 * count, 3))
+    emb = nn.Embedding(10, 4)
+    emb.weight.assign(Tensor(w)).realize()
+    emb.weight.shard_(devices)
+    out = emb(Tensor(idx).shard(devices, 0))
+    (out * Tensor(_data(out.shape, 2)).to(devices)).sum().backward()
+    temb = torch.nn.Embedding.from_pretrained(torch.tensor(w), freeze=False)
+    tout = temb(torch.tensor(idx))
+    (tout * torch.tensor(_data(out.shape, 2))).sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
+    np.testing.assert_allclose(emb.weight.grad.numpy(), temb.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    x = Tensor(_data((2 * count, 3))).shard(devices, 0)
+    picks = Tensor([0, 2 * count - 1, 1]).to(devices)
+    np.testing.assert_array_equal(x[picks].numpy(), x.numpy()[[0, 2 * count - 1, 1]])
+
+
+def test_empty_on_several_devices(devices):
+    empty = Tensor.empty(4, 2, device=devices).realize()
+    assert empty.device == devices and [buffer_of(s.base).device for s in empty.uop.src] == list(devices)

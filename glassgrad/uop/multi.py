@@ -21,22 +21,14 @@ from glassgrad.dtype import dtypes, truncate
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.uop.opcodes import GroupOp, Ops
-from glassgrad.uop.ops import UOp
+from glassgrad.uop.ops import UOp, device_node, several_devices
 
 Devices = tuple[str, ...]
-_used = {"several devices": False}  # until a graph names several devices, lowering has nothing to do: no walk
-
-
-def device_node(device: str | Devices) -> UOp:
-    """The DEVICE node of one device, or of a tuple of them."""
-    if isinstance(device, tuple):
-        _used["several devices"] = True
-    return UOp(Ops.DEVICE, dtypes.void, (), device)
 
 
 def multi(shards: list[UOp], axis: int | None) -> UOp:
     """The tensor made of `shards` (one per device, each of one shape), split along `axis` (None: copies)."""
-    _used["several devices"] = True
+    several_devices["seen"] = True
     return UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis)
 
 
@@ -79,7 +71,7 @@ def check_split(shape: tuple[int, ...], axis: int | None, devices: Devices, op: 
 
 def lower_multi(root: UOp) -> UOp:
     """The graph with every op on several devices rewritten into a MULTI of one graph per device."""
-    if not _used["several devices"]:
+    if not several_devices["seen"]:
         return root
     new: dict[UOp, UOp] = {}
     for node in root.toposort():

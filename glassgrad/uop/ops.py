@@ -306,6 +306,17 @@ def fresh_unique() -> UOp:
     return UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
 
 
-def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+# whether some graph has named several devices (a tuple DEVICE, a MULTI): until then uop/multi.py has nothing to lower
+several_devices = {"seen": False}
+
+
+def device_node(device: str | tuple[str, ...]) -> UOp:
+    """The DEVICE node of one device, or of a tuple of them (a tensor split across devices)."""
+    if isinstance(device, tuple):
+        several_devices["seen"] = True
+    return UOp(Ops.DEVICE, dtypes.void, (), device)
+
+
+def new_buffer(device: str | tuple[str, ...], size: int, dtype: DType) -> UOp:
     """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
-    return UOp(Ops.BUFFER, dtype, (fresh_unique(), UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+    return UOp(Ops.BUFFER, dtype, (fresh_unique(), device_node(device)), size)
