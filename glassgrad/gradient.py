@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.uop.multi import resharded, select, with_zeros
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -121,12 +122,18 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.PAD: lambda g, node, x, out: _unpad(g, node),
     Ops.SHRINK: lambda g, node, x, out: _unshrink(g, node),
     Ops.FLIP: lambda g, node, x, out: (g.flip(*[i for i, f in enumerate(node.arg) if f]),),
+    # several devices: each shard gets its part of g, or the first copy all of it (the copies are one value); a
+    # selected shard's g is its part of the whole, zeros elsewhere
+    Ops.MULTI: lambda g, node, *shards: tuple(
+        type(g)(select(g.uop, i, node.arg)) if node.arg is not None or i == 0 else None for i in range(len(node.src))
+    ),
+    Ops.MSELECT: lambda g, node, x, out: (type(g)(with_zeros(g.uop, node.arg[0], x.device, node.arg[1])),),
 }
 
 # Rules that read nothing of the forward pass but the incoming gradient (and shapes). PyTorch keeps no tensors for
 # these, so it lets a graph made only of them (and of sums, and products with numbers) be walked backward again.
 USES_ONLY_THE_GRADIENT = {Ops.ADD, Ops.NEG, Ops.TRUNC, Ops.CAST, Ops.CONTIGUOUS, Ops.COPY, Ops.RESHAPE, Ops.PERMUTE,
-                          Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}  # fmt: skip
+                          Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.MULTI, Ops.MSELECT}  # fmt: skip
 
 # Ops whose output does not change smoothly with their inputs: no gradient flows through them.
 NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.DETACH,
@@ -237,4 +244,5 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp], ran: list[
         raise TypeError(f"backward: the graph casts from {blocked_cast.src[0].dtype} to {blocked_cast.dtype} between a "
                         "tensor that requires grad and the output; gradients cannot flow through an integer or bool "
                         "value (cast to a float dtype instead)")  # fmt: skip
-    return {t: grads[t].uop for t in targets if t in grads}
+    # a tensor split over devices gets its gradient split the same way
+    return {t: resharded(grads[t].uop, t.arg) if t.op is Ops.MULTI else grads[t].uop for t in targets if t in grads}

@@ -18,10 +18,7 @@ from glassgrad.engine.realize import buffer_of
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import Ops, UOp, new_buffer
-
-
-def _device_node(device: str) -> UOp:
-    return UOp(Ops.DEVICE, dtypes.void, (), device)
+from glassgrad.uop.ops import device_node as _device_node
 
 
 def _flatten_nested(data: Any, where: str = "data") -> tuple[list[Any], tuple[int, ...]]:

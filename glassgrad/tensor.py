@@ -257,8 +257,8 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return self
 
     def _host_bytes(self) -> bytearray:
-        if _holds_bytes_only(self.device) and not self._is_contiguous_buffer():  # a part of a file: DISK computes
-            return self.to("CPU")._host_bytes()  # nothing
+        if (through := _read_through(self)) is not None:  # a part of a file (DISK computes nothing), or shards
+            return self.to(through)._host_bytes()
         t = self if self._is_contiguous_buffer() else self.contiguous()
         t.realize()
         return buffer_of(t.uop.base).as_bytes()
@@ -299,11 +299,11 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             raise ArgumentError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs 1")
         return unpack_values(self._host_bytes(), self.dtype)[0]
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on another device (a COPY, run when realized)."""
+    def to(self, device: str | tuple[str, ...]) -> Tensor:
+        """This tensor on another device (a COPY, run when realized), or a copy on each of a tuple of devices."""
         device = Device.canonicalize(device)
-        if device == self.device:
-            return self
+        if device == self.device or isinstance(device, tuple):
+            return self if device == self.device else self.shard(device)
         check_device_holds(device, self.dtype)
         flat = self.reshape(self.numel()) if self.ndim != 1 else self
         copy = UOp(Ops.COPY, self.dtype, (flat.uop, _device_node(device)))
@@ -385,9 +385,9 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return (rows == cols).cast(dtype or dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
 
     def full_like(self, fill_value: Any, **kwargs) -> Tensor:
-        """`fill_value` with this tensor's shape, dtype and device."""
-        return Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
-                           device=kwargs.pop("device", self.device), **kwargs)  # fmt: skip
+        """`fill_value` with this tensor's shape, dtype and device (split across devices as this tensor is)."""
+        return self._split_like(Tensor.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype),
+                                            device=kwargs.pop("device", self.device), **kwargs))  # fmt: skip
 
     def zeros_like(self, **kwargs) -> Tensor:
         """Zeros with this tensor's shape, dtype and device."""
@@ -398,9 +398,10 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         return self.full_like(1, **kwargs)
 
     def rand_like(self, **kwargs) -> Tensor:
-        """Uniform [0, 1) values with this tensor's shape."""
+        """Uniform [0, 1) values with this tensor's shape (split across devices as this tensor is)."""
         dtype = kwargs.pop("dtype", self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
-        return Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device), **kwargs)
+        return self._split_like(Tensor.rand(*self.shape, dtype=dtype, device=kwargs.pop("device", self.device),
+                                            **kwargs))  # fmt: skip
 
     def randn_like(self, **kwargs) -> Tensor:
         """Standard normal values with this tensor's shape."""
@@ -433,9 +434,11 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 # ---- helpers for the class above ----
 
 
-def _holds_bytes_only(device: Any) -> bool:
-    """Whether the device is storage that runs no kernels (DISK: a file), as its renderer says."""
-    return isinstance(device, str) and not Device[device].renderer.runs_kernels
+def _read_through(t: Tensor) -> str | None:
+    """Where to gather a sharded tensor (its first device) or a part of a file DISK can't lay out (the CPU)."""
+    if isinstance(t.device, tuple):
+        return t.device[0]
+    return "CPU" if not Device[t.device].renderer.runs_kernels and not t._is_contiguous_buffer() else None
 
 
 def _reads_through_other_view(value: UOp, target: UOp) -> bool:

@@ -150,12 +150,13 @@ class TinyJit(Generic[R]):
         return result
 
     def _realized_inputs(self, args: tuple, kwargs: dict) -> list:
-        """The tensor arguments, each realized as a contiguous buffer (so replays can swap buffers in)."""
+        """The tensor arguments, each realized as a contiguous buffer (so replays can swap buffers in); a sharded
+        one as a tensor per shard."""
         inputs = _tensors_in(args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args)  # _signature's order
         for t in inputs:
             if not t._is_contiguous_buffer():
                 t._set_uop(t.contiguous().realize().uop)
-        return inputs
+        return [s for t in inputs for s in ([Tensor(u) for u in t.uop.src] if t.uop.op is Ops.MULTI else [t])]
 
     def _run_and_realize(self, args: tuple, kwargs: dict) -> R:
         result = self.fn(*args, **kwargs)

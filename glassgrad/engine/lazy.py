@@ -41,6 +41,7 @@ from glassgrad.schedule import ScheduleItem, pack, schedule_assigns, schedule_it
 from glassgrad.schedule.kernelize import kernelize
 from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
+from glassgrad.uop.multi import lower_multi
 from glassgrad.uop.ops import Ops, UOp, fresh_unique, new_buffer
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
 def intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
     """The new buffers of a kernelize mapping that nothing will read after the run: not the realized tensors'
     own, and not reachable from any live tensor's graph (a lazy graph built on them, or one autograd keeps)."""
-    roots = {t.uop.base for t in tensors}
+    roots = {shard.base for t in tensors for shard in _shards(t.uop)}
     fresh = {node: assign.base for node, assign in kernelized.items() if assign.base.op is Ops.ASSIGN
              and assign.base not in roots and not assign.base.src[1].arg.assign}  # fmt: skip
     if len(fresh) < 2:  # sharing needs two buffers: skip the walk over every live graph
@@ -399,21 +400,40 @@ def schedule_tensors(tensors: Sequence[Tensor]) -> Scheduled:
     and the kernels to run, in order (Tensor.kernelize and Tensor.schedule are this; realize runs its kernels)."""
     for t in tensors:
         t._set_uop(t._current_uop())
-    scheduled = cached_schedule([t.uop for t in tensors])
+        if (lowered := lower_multi(t.uop)) is not t.uop:  # ops on several devices: a graph per device
+            replaced[t.uop] = lowered
+            t._set_uop(lowered)
+    scheduled = cached_schedule([shard for t in tensors for shard in _shards(t.uop)])
     become(scheduled.mapping)
-    for t, root in zip(tensors, scheduled.roots):  # a view of a kernelized node now reads through its buffer
-        t._set_uop(root)
+    for t, root in zip(tensors, _regrouped(tensors, scheduled.roots)):  # a view of a kernelized node now reads
+        t._set_uop(root)  # through its buffer
     return scheduled
+
+
+def _shards(node: UOp) -> tuple[UOp, ...]:
+    """The graphs a tensor's node is made of: one per device for a tensor on several (a MULTI)."""
+    return node.src if node.op is Ops.MULTI else (node,)
+
+
+def _regrouped(tensors: Sequence[Tensor], roots: list[UOp]) -> list[UOp]:
+    """The tensors' nodes over `roots`, the new nodes of their shards in order."""
+    out, at = [], 0
+    for t in tensors:
+        shards = _shards(t.uop)
+        out.append(t.uop.replace(src=tuple(roots[at : at + len(shards)])) if t.uop.op is Ops.MULTI else roots[at])
+        at += len(shards)
+    return out
 
 
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:
     """Point the tensors, and every graph, at the buffers the kernels of the assigns `ran` filled."""
     realized = {n: _renamed_after_assign(n) for n in ran}
     become(realized)
-    for t, root in zip(tensors, scheduled.roots):
+    for t, root in zip(tensors, _regrouped(tensors, scheduled.roots)):
         t._set_uop(root.substitute(realized))
-        if t.uop.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said why
-            buffer_of(t.uop.base).ensure_allocated()
+        for shard in _shards(t.uop):
+            if shard.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said
+                buffer_of(shard.base).ensure_allocated()  # why
 
 
 def _renamed_after_assign(assigned: UOp) -> UOp:

@@ -27,12 +27,13 @@ from glassgrad.mixin.random import RandomMixin
 from glassgrad.mixin.rearrange import RearrangeMixin
 from glassgrad.mixin.reduce import ReduceMixin
 from glassgrad.mixin.search import SearchMixin
+from glassgrad.mixin.shard import ShardMixin
 from glassgrad.mixin.spatial_nd import SpatialNdMixin
 from glassgrad.mixin.torch_names import TorchNamesMixin
 
 
 class UserNamesMixin(TorchNamesMixin, MoreMathMixin, SearchMixin, ConstructionMixin, DecompositionsMixin,
-                     RearrangeMixin, SpatialNdMixin):  # fmt: skip
+                     RearrangeMixin, SpatialNdMixin, ShardMixin):  # fmt: skip
     """The names PyTorch and tinygrad users bring with them, beyond the core mixins (each file is one area)."""
 
 

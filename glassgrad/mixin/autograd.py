@@ -158,6 +158,8 @@ def _owns_its_node(node: UOp) -> bool:
     target, a contiguous copy), maybe reshaped; not a constant, a computed value or a view of another tensor."""
     while node.op is Ops.RESHAPE:
         node = node.src[0]
+    if node.op is Ops.MULTI:  # a sharded tensor: its shards
+        return all(_owns_its_node(s) for s in node.src)
     if node.op in (Ops.CAST, Ops.COPY):  # data from the host: its PYTHON buffer, copied and converted
         node = node.src[0]
     return node.op in (Ops.BUFFER, Ops.ASSIGN, Ops.CONTIGUOUS)

@@ -16,9 +16,12 @@ if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
 
 
-def check_device_holds(device: str, dtype: DType) -> None:
-    """A TypeError unless `device` can hold `dtype`."""
-    if not Device[device].supports(dtype):
+def check_device_holds(device: str | tuple[str, ...], dtype: DType) -> None:
+    """A TypeError unless `device` (or each device of a tuple) can hold `dtype`."""
+    if isinstance(device, tuple):
+        for d in device:
+            check_device_holds(d, dtype)
+    elif not Device[device].supports(dtype):
         raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
 
 

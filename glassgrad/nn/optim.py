@@ -69,7 +69,7 @@ class Optimizer:
         raise NotImplementedError
 
     def _zeros_like_params(self) -> list[Tensor]:
-        return [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
+        return [p.zeros_like().contiguous().realize() for p in self.params]  # split across devices as p is
 
 
 class SGD(Optimizer):

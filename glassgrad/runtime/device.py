@@ -117,8 +117,11 @@ class _DeviceRegistry:
         self._opened = {k: v for k, v in self._opened.items() if k.split(":")[0] != base}  # reopen with the new one
 
     @staticmethod
-    def canonicalize(name: str) -> str:
-        """'cpu' -> 'CPU', 'cuda:0' -> 'CUDA' (device 0 has no suffix), 'CUDA:1' stays."""
+    def canonicalize(name: str | tuple[str, ...] | list[str]) -> Any:
+        """'cpu' -> 'CPU', 'cuda:0' -> 'CUDA' (device 0 has no suffix), 'CUDA:1' stays; a tuple (or list) of names,
+        the devices a sharded tensor lives on, becomes a tuple of canonical names."""
+        if isinstance(name, (tuple, list)):
+            return tuple(_DeviceRegistry.canonicalize(n) for n in name)
         base, _, index = name.partition(":")
         base = base.upper()
         return base if index in ("", "0") else f"{base}:{index}"

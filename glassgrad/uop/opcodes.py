@@ -25,6 +25,10 @@ class Ops(enum.Enum):
     CHECK = enum.auto()  # a value that must meet a condition (uop/check.py), tested where a kernel computes it
     DEFINE_VAR = enum.auto()  # a symbolic int, arg (name, min, max): a kernel's int parameter (uop/variable.py)
     BIND = enum.auto()  # BIND(DEFINE_VAR, CONST): a variable with the value it has in this call
+    # several devices (uop/multi.py): MULTI(shard on each device), arg the axis split across them (None: copies);
+    # MSELECT(x), arg (i, axis): the i-th shard of x split along axis, on x's i-th device
+    MULTI = enum.auto()
+    MSELECT = enum.auto()
     # elementwise, one input
     NEG = enum.auto()
     EXP2 = enum.auto()

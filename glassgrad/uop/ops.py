@@ -194,6 +194,10 @@ class UOp(BinaryOperators):
             return self.arg
         if self.op is Ops.COPY:
             return self.src[1].arg
+        if self.op is Ops.MULTI:
+            return tuple(s.device for s in self.src)
+        if self.op is Ops.MSELECT:
+            return self.src[0].device[self.arg[0]]
         for s in self.src:
             if (d := s.device) is not None:
                 return d
@@ -318,6 +322,8 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
     Ops.SCATTER_ADD: lambda u: u.src[0].shape,
+    Ops.MULTI: lambda u: _resized(u.src[0].shape, u.arg, lambda n: n * len(u.src)),
+    Ops.MSELECT: lambda u: _resized(u.src[0].shape, u.arg[1], lambda n: n // len(u.src[0].device)),
     Ops.KERNEL: lambda u: None,
     Ops.SINK: lambda u: None,
     Ops.STORE: lambda u: None,
@@ -328,6 +334,10 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.DEFINE_VAR: lambda u: None,
     Ops.BIND: lambda u: None,
 }
+
+
+def _resized(shape: tuple[int, ...], axis: int | None, size: Callable[[int], int]) -> tuple[int, ...]:
+    return shape if axis is None else tuple(size(n) if i == axis else n for i, n in enumerate(shape))
 
 
 def _shape_of(u: UOp) -> tuple[int, ...] | None:
@@ -403,6 +413,17 @@ def fresh_unique() -> UOp:
     return UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))
 
 
-def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+# whether some graph has named several devices (a tuple DEVICE, a MULTI): until then uop/multi.py has nothing to lower
+several_devices = {"seen": False}
+
+
+def device_node(device: str | tuple[str, ...]) -> UOp:
+    """The DEVICE node of one device, or of a tuple of them (a tensor split across devices)."""
+    if isinstance(device, tuple):
+        several_devices["seen"] = True
+    return UOp(Ops.DEVICE, dtypes.void, (), device)
+
+
+def new_buffer(device: str | tuple[str, ...], size: int, dtype: DType) -> UOp:
     """A fresh BUFFER node; UNIQUE makes it different from every other buffer of the same size."""
-    return UOp(Ops.BUFFER, dtype, (fresh_unique(), UOp(Ops.DEVICE, dtypes.void, (), device)), size)
+    return UOp(Ops.BUFFER, dtype, (fresh_unique(), device_node(device)), size)
