@@ -80,21 +80,32 @@ replaced = Replacements()
 TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
 
 
+class _TensorRef(weakref.ref):
+    """A weak reference to a live tensor that remembers the tensor's id (its key in _all_tensors)."""
+
+    __slots__ = ("key",)
+
+
+def _forget(ref: _TensorRef) -> None:
+    _all_tensors.pop(ref.key, None)
+    _assigning.pop(ref.key, None)
+
+
 def register(t: Tensor) -> None:
     """List a new tensor among the live ones (until it is collected)."""
-
-    def forget(_: weakref.ref, key: int = id(t)) -> None:
-        _all_tensors.pop(key, None)
-        _assigning.pop(key, None)
-
-    _all_tensors[id(t)] = weakref.ref(t, forget)
-    track(t)
+    ref = _TensorRef(t, _forget)  # (one callback for all: no closure made per tensor)
+    ref.key = id(t)
+    _all_tensors[ref.key] = ref
+    _track(ref, t.uop)
 
 
 def track(t: Tensor) -> None:
     """Note that `t` now stands for its node (Tensor._set_uop calls this): become finds the tensors of a node
     through the node, not by looking at every live tensor."""
-    ref, node = _all_tensors[id(t)], t.uop
+    _track(_all_tensors[id(t)], t.uop)
+
+
+def _track(ref: _TensorRef, node: UOp) -> None:
     if (listed := node.__dict__.get(TENSORS)) is None:
         node.__dict__[TENSORS] = [ref]
     elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
@@ -102,7 +113,7 @@ def track(t: Tensor) -> None:
             listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
         listed.append(ref)
     if node.op is Ops.ASSIGN:
-        _assigning[id(t)] = ref
+        _assigning[ref.key] = ref
 
 
 def live_tensors() -> list[Tensor]:

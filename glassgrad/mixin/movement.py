@@ -72,6 +72,8 @@ class MovementMixin:
         return x if new == x.shape else x._movement(Ops.EXPAND, new)
 
     def _broadcast_to(self, shape: tuple[int, ...], op: str) -> Tensor:
+        if shape == self.shape:
+            return self
         try:
             return self.expand(shape)
         except ValueError:
