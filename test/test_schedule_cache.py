@@ -2,7 +2,7 @@
 
 import numpy as np
 
-import glassgrad.engine.lazy as cache
+import glassgrad.engine.schedule_cache as cache
 from glassgrad import Tensor
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp

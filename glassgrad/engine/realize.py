@@ -65,11 +65,21 @@ _kernels: OrderedDict[tuple[str, UOp, int, int, int], CompiledKernel] = OrderedD
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     """Compile an AST for a device once per process (its spec and binary are also cached on disk)."""
-    key = _kernel_key(device, ast)
-    if (found := _kernels.get(key)) is not None:
+    return get_kernels([(device, ast)])[0]
+
+
+def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
+    """The compiled kernel of each (device, AST): those made before found by one lookup each, the others made
+    together (compile_ahead)."""
+    flags = (NOOPT.value, BEAM.value, TF32.value)
+    keys = [(device, ast, *flags) for device, ast in kernels]
+    found = [_kernels.get(key) for key in keys]
+    if None in found:
+        made = compile_ahead(kernels)
+        found = [kernel if kernel is not None else made.get(key) or _kernels[key] for key, kernel in zip(keys, found)]
+    for key in keys:
         _kernels.move_to_end(key)
-        return found
-    return compile_ahead([(device, ast)])[key]
+    return found
 
 
 def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
@@ -197,9 +207,12 @@ class ExecItem:
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
-    if item.ast.op is Ops.COPY:
+    return _exec_item(item, bufs, get_kernel(bufs[0].device, item.ast) if item.ast.op is Ops.SINK else None)
+
+
+def _exec_item(item: ScheduleItem, bufs: list[Buffer], kernel: CompiledKernel | None) -> ExecItem:
+    if kernel is None:
         return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
-    kernel = get_kernel(bufs[0].device, item.ast)
     return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs)
 
 
@@ -218,18 +231,20 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
             bufs[0].ensure_allocated()
             continue
         work.append((item, bufs))
-    compile_ahead([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK])
-    items = [lower_item(item, bufs) for item, bufs in work]
+    kernels = iter(get_kernels([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK]))
+    items = [_exec_item(item, bufs, next(kernels) if item.ast.op is Ops.SINK else None) for item, bufs in work]
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
+    capturing = captures()  # the TinyJit captures running in this thread
     try:
         for exec_item in items:
             exec_item.run()
-            for captured in captures():  # the TinyJit captures running in this thread
+            for captured in capturing:
                 captured.append(exec_item)
     finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
-        raise_failed_checks(checking_kernels(items))
+        if checking := checking_kernels(items):
+            raise_failed_checks(checking)
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:
