@@ -267,7 +267,6 @@ def _base_buffer(node: UOp) -> UOp:
 # ---- scheduling and realizing tensors ----
 
 
-@one_thread_at_a_time
 def realize_tensors(tensors: Sequence[Tensor]) -> None:
     """Run every kernel the tensors need (and the lazy readers of what their assigns overwrite, first); afterwards
     each is backed by a buffer."""
@@ -330,9 +329,11 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
     now = realized_now(template, order)
     for t, root in zip(tensors, now.roots):
         t._set_uop(root)
-    made = set(now.made.values())
-    unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
-                            and final.base.src[0] in made}, tensors)  # fmt: skip
+    unused = set()
+    if len(now.finals) > 1:  # (one buffer shares with none: an eager op's realize skips this)
+        made = set(now.made.values())
+        unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
+                                and final.base.src[0] in made}, tensors)  # fmt: skip
     try:
         run_schedule(now.items, unused)
     except BaseException as error:

@@ -102,27 +102,16 @@ def normalize(root: UOp) -> tuple[dict[UOp, UOp], list[UOp]]:
     return new, uniques
 
 
-def shape_key(order: list[UOp]) -> tuple:
-    """A graph's toposort as a hashable key: each node's op, dtype, arg and sources by position, every UNIQUE leaf
-    alike (a walk meets them in the same order in graphs of the same shape, so position k is slot k). Graphs that
-    differ only in their buffers give equal keys, without building their normalized twin (a hit's cost)."""
-    position: dict[UOp, int] = {}
-    parts: list = []
-    for i, node in enumerate(order):
-        position[node] = i
-        parts.append(_part(node, position))
-    return tuple(parts)
-
-
-def _part(node: UOp, position: dict[UOp, int]) -> tuple | None:
-    # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
-    return (
-        None if node.op is Ops.UNIQUE else (node.op, node.dtype, node._key[3], tuple([position[s] for s in node.src]))
-    )
+def shape_key(root: UOp) -> tuple:
+    """A graph's walk as a hashable key (see walk_with_key)."""
+    return walk_with_key(root)[1]
 
 
 def walk_with_key(root: UOp) -> tuple[list[UOp], tuple]:
-    """root.toposort() and shape_key of it, in one pass (a cache hit's whole walk: each node is met once)."""
+    """The graph's nodes, each after its sources (a BUFFER as a leaf: its UNIQUE is its own, and its device is in
+    its part), and their shape key: each node's op, dtype, arg and sources by position, every UNIQUE alike (a walk
+    meets them in the same order in graphs of the same shape, so position k is slot k). Graphs that differ only in
+    their buffers give equal keys, and no normalized twin is built for it (a hit's whole cost is this one pass)."""
     order: list[UOp] = []
     position: dict[UOp, int] = {root: -1}  # (-1: met, not yet placed)
     parts: list = []
@@ -132,13 +121,18 @@ def walk_with_key(root: UOp) -> tuple[list[UOp], tuple]:
         for s in sources:
             if s not in position:
                 position[s] = -1
-                stack.append((s, iter(s.src)))
+                stack.append((s, iter(() if s.op is Ops.BUFFER else s.src)))
                 break
         else:
             stack.pop()
             position[node] = len(order)
             order.append(node)
-            parts.append(_part(node, position))
+            if node.op is Ops.UNIQUE:
+                parts.append(None)
+            elif node.op is Ops.BUFFER:
+                parts.append((Ops.BUFFER, node.dtype, node.arg, node.src[1].arg))
+            else:  # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
+                parts.append((node.op, node.dtype, node._key[3], tuple([position[s] for s in node.src])))
     return order, tuple(parts)
 
 
