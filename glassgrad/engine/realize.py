@@ -248,7 +248,7 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:
-    if DEBUG >= 1:
+    if DEBUG.value >= 1:
         ran = GlobalCounters.kernel_count - kernels_before
         used, peak = GlobalCounters.mem_used / 1e6, GlobalCounters.mem_peak / 1e6
         ms = (time.perf_counter() - start) * 1e3
