@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.realize import _buffers, buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
 from glassgrad.engine.schedule_cache import Scheduled, Template, cached_schedule, cached_template, realized_now, renamed
 from glassgrad.engine.threads import one_thread_at_a_time
+from glassgrad.helpers import KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import pack
@@ -42,12 +43,6 @@ _all_tensors: dict[int, weakref.ref[Tensor]] = {}
 _assigning: dict[int, weakref.ref[Tensor]] = {}
 
 
-class _KeyedRef(weakref.ref):
-    """A weak reference that remembers its referent's id (its key in a dict of live objects)."""
-
-    __slots__ = ("key",)
-
-
 class Replacements:
     """Nodes that have been kernelized or realized, and what stands for them now: `node in replaced`,
     `replaced[node]`, `replaced[node] = new`. The replacement is kept on the node itself, so it lives as long as the
@@ -56,7 +51,7 @@ class Replacements:
     Python code and a new weak reference (each realize sets two)."""
 
     def __init__(self):
-        self.live: dict[int, _KeyedRef] = {}
+        self.live: dict[int, KeyedRef] = {}
 
     def __contains__(self, node: UOp) -> bool:
         return "_replaced" in node.__dict__
@@ -67,12 +62,12 @@ class Replacements:
     def __setitem__(self, node: UOp, new: UOp) -> None:
         if "_replaced" not in (listed := node.__dict__):
             # the reference lives on the node, so it is alive when the node dies and its callback runs then
-            listed["_replaced_ref"] = ref = _KeyedRef(node, self._dead)
+            listed["_replaced_ref"] = ref = KeyedRef(node, self._dead)
             ref.key = id(node)
             self.live[ref.key] = ref
         listed["_replaced"] = new
 
-    def _dead(self, ref: _KeyedRef) -> None:
+    def _dead(self, ref: KeyedRef) -> None:
         if self.live.get(ref.key) is ref:
             del self.live[ref.key]
 
@@ -84,14 +79,14 @@ replaced = Replacements()
 TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
 
 
-def _forget(ref: _KeyedRef) -> None:
+def _forget(ref: KeyedRef) -> None:
     _all_tensors.pop(ref.key, None)
     _assigning.pop(ref.key, None)
 
 
 def register(t: Tensor) -> None:
     """List a new tensor among the live ones (until it is collected)."""
-    ref = _KeyedRef(t, _forget)  # (one callback for all: no closure made per tensor)
+    ref = KeyedRef(t, _forget)  # (one callback for all: no closure made per tensor)
     ref.key = id(t)
     _all_tensors[ref.key] = ref
     _track(ref, t.uop)
@@ -103,7 +98,7 @@ def track(t: Tensor) -> None:
     _track(_all_tensors[id(t)], t.uop)
 
 
-def _track(ref: _KeyedRef, node: UOp) -> None:
+def _track(ref: KeyedRef, node: UOp) -> None:
     if (listed := node.__dict__.get(TENSORS)) is None:
         node.__dict__[TENSORS] = [ref]
     elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
@@ -226,7 +221,7 @@ def readers_of_buffers(written: set[int]) -> list[Tensor]:
         return []
 
     def overwritten(node: UOp) -> bool:
-        buffer = _buffers.get(node) if node.op is Ops.BUFFER else None
+        buffer = node.__dict__.get("_buffer") if node.op is Ops.BUFFER else None
         return buffer is not None and (id(buffer) in written or id(buffer._base) in written)
 
     return _readers(_lazy_tensors(()), overwritten, set())

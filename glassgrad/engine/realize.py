@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -18,7 +17,7 @@ from glassgrad.engine.compile_progress import CompileProgress
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ, KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -28,19 +27,32 @@ if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
     viz.start()
 
 # The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
-# lookup), and listed here for TinyJit, which asks which buffers are held.
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# lookup), and listed here by the node's id for TinyJit, which asks which buffers are held (a plain dict and one
+# callback: a WeakKeyDictionary's set is Python code and a new weak reference, for every buffer an eager op makes).
+_buffers: dict[int, Buffer] = {}
+
+
+def _dropped(ref: KeyedRef) -> None:
+    _buffers.pop(ref.key, None)
+
+
+def _hold(node: UOp, buffer: Buffer) -> Buffer:
+    # the reference lives on the node, so it is alive when the node dies and its callback runs then
+    node.__dict__["_buffer_ref"] = ref = KeyedRef(node, _dropped)
+    ref.key = id(node)
+    _buffers[ref.key] = node.__dict__["_buffer"] = buffer
+    return buffer
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
     """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
-    _buffers[alias] = alias.__dict__["_buffer"] = buffer_of(node)
+    _hold(alias, buffer_of(node))
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
     if (found := node.__dict__.get("_buffer")) is None:
-        found = _buffers[node] = node.__dict__["_buffer"] = Buffer(node.device, node.arg, node.dtype)
+        found = _hold(node, Buffer(node.device, node.arg, node.dtype))
     return found
 
 

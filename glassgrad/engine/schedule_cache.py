@@ -104,42 +104,48 @@ def normalize(root: UOp) -> tuple[dict[UOp, UOp], list[UOp]]:
 
 def shape_key(root: UOp) -> tuple:
     """A graph's walk as a hashable key (see walk_with_key)."""
-    return walk_with_key(root)[1]
+    return walk_with_key((root,))[1]
 
 
-def walk_with_key(root: UOp) -> tuple[list[UOp], tuple]:
+def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
     """The graph's nodes, each after its sources (a BUFFER as a leaf: its UNIQUE is its own, and its device is in
     its part), and their shape key: each node's op, dtype, arg and sources by position, every UNIQUE alike (a walk
-    meets them in the same order in graphs of the same shape, so position k is slot k). Graphs that differ only in
-    their buffers give equal keys, and no normalized twin is built for it (a hit's whole cost is this one pass)."""
+    meets them in the same order in graphs of the same shape, so position k is slot k), then the roots' positions.
+    Graphs that differ only in their buffers give equal keys, and no normalized twin is built for it (a hit's whole
+    cost is this one pass)."""
     order: list[UOp] = []
-    position: dict[UOp, int] = {root: -1}  # (-1: met, not yet placed)
+    position: dict[UOp, int] = {}  # (-1: met, not yet placed)
     parts: list = []
-    stack = [(root, iter(root.src))]
-    while stack:
-        node, sources = stack[-1]
-        for s in sources:
-            if s not in position:
-                position[s] = -1
-                stack.append((s, iter(() if s.op is Ops.BUFFER else s.src)))
-                break
-        else:
-            stack.pop()
-            position[node] = len(order)
-            order.append(node)
-            if node.op is Ops.UNIQUE:
-                parts.append(None)
-            elif node.op is Ops.BUFFER:
-                parts.append((Ops.BUFFER, node.dtype, node.arg, node.src[1].arg))
-            else:  # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
-                parts.append((node.op, node.dtype, node._key[3], tuple([position[s] for s in node.src])))
+    for root in roots:
+        if root in position:
+            continue
+        position[root] = -1
+        stack = [(root, iter(() if root.op is Ops.BUFFER else root.src))]
+        while stack:
+            node, sources = stack[-1]
+            for s in sources:
+                if s not in position:
+                    position[s] = -1
+                    stack.append((s, iter(() if s.op is Ops.BUFFER else s.src)))
+                    break
+            else:
+                stack.pop()
+                position[node] = len(order)
+                order.append(node)
+                if node.op is Ops.UNIQUE:
+                    parts.append(None)
+                elif node.op is Ops.BUFFER:
+                    parts.append((Ops.BUFFER, node.dtype, node.arg, node.src[1].arg))
+                else:  # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
+                    parts.append((node.op, node.dtype, node._key[3], tuple([position[s] for s in node.src])))
+    parts.append(tuple([position[r] for r in roots]))
     return order, tuple(parts)
 
 
-def _template(order: list[UOp]) -> Template:
+def _template(order: list[UOp], graph: tuple[UOp, ...]) -> Template:
     """Kernelize and schedule the graph's normalized twin; remember which of its nodes a hit renames, and how."""
-    normalized, uniques = normalize(order[-1])
-    roots = list(normalized[order[-1]].src)
+    normalized, _ = normalize(UOp(Ops.SINK, dtypes.void, graph))
+    roots = [normalized[r] for r in graph]
     mapping = kernelize(roots)
     roots = [mapping[r] if r in mapping else r.substitute(mapping) for r in roots]
     assigns = schedule_assigns(roots)
@@ -211,12 +217,12 @@ def realized_now(template: Template, order: list[UOp]) -> RealizedNow:
 def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
     """The template for the roots' graph, from the cache when a graph of the same shape was kernelized before (else
     made and kept), and the graph's walk (its positions are what the template's answers are renamed by)."""
-    order, key = walk_with_key(UOp(Ops.SINK, dtypes.void, tuple(roots)))
+    order, key = walk_with_key(roots := tuple(roots))
     key = (key, NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
     same_hash = _cache.get(digest := hash(key), [])
     if (template := next((t for k, t in same_hash if k == key), None)) is None:
         stats["misses"] += 1
-        template = _template(order)
+        template = _template(order, roots)
         _cache[digest] = [*same_hash, (key, template)]
         if len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
