@@ -24,18 +24,20 @@ class DType:
     fmt: str | None  # struct format character; None where Python's struct has none (bfloat16)
     count: int = 1
 
-    # every node's interning key holds its dtype, so hashing one is on the hottest path: computed once, not a tuple
-    # of the fields per lookup (and rebuilt on unpickling: a string's hash differs from process to process)
+    # every node's interning key holds its dtype, so hashing one is on the hottest path: `ident`, the dtype as a
+    # plain tuple (equal exactly where the dtypes are), is what a node's key holds (hashed in C, no call to this
+    # class), and this class's hash is computed once (both rebuilt on unpickling: a string's hash differs from
+    # process to process)
     def __post_init__(self):
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+        ident = (type(self).__name__, *(v.ident if isinstance(v, DType) else v for v in self._fields()))
+        object.__setattr__(self, "ident", ident)
+        object.__setattr__(self, "_hash", hash(ident))
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (
-            type(other) is type(self) and self._hash == other._hash and self._fields() == other._fields()
-        )
+        return self is other or (isinstance(other, DType) and self.ident == other.ident)
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))

@@ -135,9 +135,9 @@ def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
                 if node.op is Ops.UNIQUE:
                     parts.append(None)
                 elif node.op is Ops.BUFFER:
-                    parts.append((Ops.BUFFER, node.dtype, node.arg, node.src[1].arg))
-                else:  # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
-                    parts.append((node.op, node.dtype, node._key[3], tuple([position[s] for s in node.src])))
+                    parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
+                else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
+                    parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
     parts.append(tuple([position[r] for r in roots]))
     return order, tuple(parts)
 

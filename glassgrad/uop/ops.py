@@ -54,7 +54,8 @@ class UOp(BinaryOperators):
     __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, arg if arg is None else _arg_key(arg))  # (most nodes have none: no call)
+        # the dtype as its plain tuple (hashed in C); the arg as it is where it has none (most nodes: no call)
+        key = (op, dtype.ident, src, arg if arg is None else _arg_key(arg))
         if (ref := _interned.get(key)) is not None and (found := ref()) is not None:
             return found
         node = super().__new__(cls)
