@@ -116,6 +116,8 @@ def live_tensors() -> list[Tensor]:
 
 def pending_assigns() -> list[Tensor]:
     """Live tensors with an assign that has not run yet."""
+    if not _assigning:  # (every realize asks)
+        return []
     pending = []
     for key, ref in list(_assigning.items()):
         if (t := ref()) is not None and t.uop.op is Ops.ASSIGN:
@@ -162,7 +164,7 @@ def _current_node(node: UOp, new: dict[UOp, UOp]) -> None:
 
 def current(root: UOp) -> UOp:
     """A graph as it stands now (see current_map)."""
-    return current_map(root)[root] if replaced else root
+    return current_map(root)[root] if replaced.live else root  # (the dict itself: no call to __len__)
 
 
 def become(mapping: dict[UOp, UOp]) -> None:

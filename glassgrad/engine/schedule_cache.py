@@ -195,7 +195,7 @@ def renamed(template: Template, order: list[UOp], made: dict[UOp, UOp] | None = 
     return Scheduled(mapping, [new.get(r, r) for r in answer.roots], [new.get(a, a) for a in answer.assigns], items)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RealizedNow:
     """A realized answer renamed for one graph: what its kernels run on, and what stands for each node after."""
 

@@ -54,11 +54,11 @@ class UOp(BinaryOperators):
     __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        # the dtype as its plain tuple (hashed in C); the arg as it is where it has none (most nodes: no call)
-        key = (op, dtype.ident, src, arg if arg is None else _arg_key(arg))
+        # the dtype as its plain tuple (hashed in C); the arg as it is where it is None or an int (no call)
+        key = (op, dtype.ident, src, arg if arg is None or type(arg) is int else _arg_key(arg))
         if (ref := _interned.get(key)) is not None and (found := ref()) is not None:
             return found
-        node = super().__new__(cls)
+        node = object.__new__(cls)
         node.op, node.dtype, node.src, node.arg, node._key = op, dtype, src, arg, key
         ref = KeyedRef(node, _forget)  # its key: the node's (to drop the entry when the node dies)
         ref.key = key
