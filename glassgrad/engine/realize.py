@@ -83,14 +83,15 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
 def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
     """The compiled kernel of each (device, AST): those made before found by one lookup each, the others made
     together (compile_ahead)."""
-    flags = (NOOPT.value, BEAM.value, TF32.value)
-    keys = [(device, ast, *flags) for device, ast in kernels]
+    flags = _flags()
+    keys = [_kernel_key(device, ast, flags) for device, ast in kernels]
     found = [_kernels.get(key) for key in keys]
     if None in found:
         made = compile_ahead(kernels)
         found = [kernel if kernel is not None else made.get(key) or _kernels[key] for key, kernel in zip(keys, found)]
     for key in keys:
-        _kernels.move_to_end(key)
+        if key in _kernels:  # (a schedule of more kernels than are kept may have pushed out its first)
+            _kernels.move_to_end(key)
     return found
 
 
@@ -136,9 +137,13 @@ def _specs_and_binaries(todo: dict[tuple, tuple[str, UOp]]) -> tuple[dict, dict[
         return specs, {found: future.result() for found, future in pending.items()}
 
 
-def _kernel_key(device: str, ast: UOp) -> tuple:
+def _flags() -> tuple[int, int, int]:
     # the flags choose the optimizations (TF32: whether a float32 product may run as TF32), so each gets its own program
-    return (device, ast, NOOPT.value, BEAM.value, TF32.value)
+    return NOOPT.value, BEAM.value, TF32.value
+
+
+def _kernel_key(device: str, ast: UOp, flags: tuple[int, int, int] | None = None) -> tuple:
+    return (device, ast, *(_flags() if flags is None else flags))
 
 
 def _cached_spec(key: tuple, device: str, ast: UOp) -> ProgramSpec:
