@@ -76,7 +76,8 @@ class Replacements:
 
 
 replaced = Replacements()
-TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
+# the attribute of a node listing (weakly, by the tensor's id) the tensors that were pointed at it: become's index
+TENSORS = "_tensors"
 
 
 def _forget(ref: KeyedRef) -> None:
@@ -100,11 +101,15 @@ def track(t: Tensor) -> None:
 
 def _track(ref: KeyedRef, node: UOp) -> None:
     if (listed := node.__dict__.get(TENSORS)) is None:
-        node.__dict__[TENSORS] = [ref]
-    elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
-        if len(listed) >= 8:  # tensors that died or moved on: dropped, so a node many tensors pass keeps a short list
-            listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
-        listed.append(ref)
+        node.__dict__[TENSORS] = {ref.key: ref}
+    elif listed.get(ref.key) is not ref:  # (a dead tensor's entry may have this id: replaced)
+        if (n := len(listed)) >= 8 and n & (n - 1) == 0:  # tensors that died or moved on: dropped, so a node many
+            # tensors pass (an interned constant's) keeps a short list; at each power of two, so a node many live
+            # tensors name (one op on the same inputs, its results kept) is not looked over at every new one
+            listed = node.__dict__[TENSORS] = {
+                key: r for key, r in listed.items() if (other := r()) is not None and other.uop is node
+            }
+        listed[ref.key] = ref
     if node.op is Ops.ASSIGN:
         _assigning[ref.key] = ref
 
@@ -174,7 +179,7 @@ def become(mapping: dict[UOp, UOp]) -> None:
     for key, value in mapping.items():
         replaced[key] = value
     for key in mapping:
-        for ref in key.__dict__.get(TENSORS, ()):
+        for ref in list(key.__dict__.get(TENSORS, {}).values()):
             if (t := ref()) is not None and t.uop is key:
                 t._set_uop(resolve(key))
 
