@@ -224,7 +224,7 @@ class ExecItem:
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None) -> ExecItem:
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
-    return _exec_item(item, bufs, get_kernel(bufs[0].device, item.ast) if item.ast.op is Ops.SINK else None)
+    return _exec_item(item, bufs, get_kernel(bufs[0].device, item.ast) if item.ast.op is not Ops.COPY else None)
 
 
 def _exec_item(item: ScheduleItem, bufs: list[Buffer], kernel: CompiledKernel | None) -> ExecItem:
@@ -248,8 +248,8 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
             bufs[0].ensure_allocated()
             continue
         work.append((item, bufs))
-    kernels = iter(get_kernels([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK]))
-    items = [_exec_item(item, bufs, next(kernels) if item.ast.op is Ops.SINK else None) for item, bufs in work]
+    kernels = iter(get_kernels([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is not Ops.COPY]))
+    items = [_exec_item(item, bufs, next(kernels) if item.ast.op is not Ops.COPY else None) for item, bufs in work]
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
