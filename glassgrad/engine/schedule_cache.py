@@ -7,6 +7,10 @@ normalized graph. A miss kernelizes the normalized graph, schedules its kernels 
 answer back: the nodes it shares with the graph become the caller's (found by their position in the walk), the
 buffers kernelize made get fresh UNIQUEs, and only the nodes above those are rebuilt (the small ASSIGN/KERNEL graph,
 never the kernel ASTs: those are shared, so compiled programs are found by identity).
+
+A template also keeps its answer's realized form where no kernel assigns into an existing buffer: every ASSIGN
+replaced by its BUFFER, as a realize leaves the graphs once the kernels ran. A realize renames that instead
+(`realized_now`: a new UNIQUE and BUFFER per made buffer, nothing else built), the eager path of every op.
 """
 
 from __future__ import annotations
