@@ -61,8 +61,8 @@ class Replacements:
 
     def __setitem__(self, node: UOp, new: UOp) -> None:
         if "_replaced" not in (listed := node.__dict__):
-            # the reference lives on the node, so it is alive when the node dies and its callback runs then
-            listed["_replaced_ref"] = ref = KeyedRef(node, self._dead)
+            # (the reference kept in `live`, not on the node: the collector calls back none that dies with the node)
+            ref = KeyedRef(node, self._dead)
             ref.key = id(node)
             self.live[ref.key] = ref
         listed["_replaced"] = new

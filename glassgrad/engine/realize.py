@@ -29,19 +29,26 @@ if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
 # The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
 # lookup), and listed here by the node's id for TinyJit, which asks which buffers are held (a plain dict and one
 # callback: a WeakKeyDictionary's set is Python code and a new weak reference, for every buffer an eager op makes).
-_buffers: dict[int, Buffer] = {}
+# The weak reference is kept here, not on the node: the garbage collector calls back no reference that dies with it.
+_buffers: dict[int, tuple[KeyedRef, Buffer]] = {}
 
 
 def _dropped(ref: KeyedRef) -> None:
-    _buffers.pop(ref.key, None)
+    if (entry := _buffers.get(ref.key)) is not None and entry[0] is ref:
+        del _buffers[ref.key]
 
 
 def _hold(node: UOp, buffer: Buffer) -> Buffer:
-    # the reference lives on the node, so it is alive when the node dies and its callback runs then
-    node.__dict__["_buffer_ref"] = ref = KeyedRef(node, _dropped)
+    ref = KeyedRef(node, _dropped)
     ref.key = id(node)
-    _buffers[ref.key] = node.__dict__["_buffer"] = buffer
+    _buffers[ref.key] = (ref, buffer)
+    node.__dict__["_buffer"] = buffer
     return buffer
+
+
+def held_buffers() -> list[Buffer]:
+    """The Buffers of the BUFFER nodes alive now."""
+    return [buffer for _, buffer in list(_buffers.values())]
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
