@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import struct
@@ -22,6 +23,27 @@ class DType:
     name: str
     fmt: str | None  # struct format character; None where Python's struct has none (bfloat16)
     count: int = 1
+
+    # every node's interning key holds its dtype, so hashing one is on the hottest path: `ident`, the dtype as a
+    # plain tuple (equal exactly where the dtypes are), is what a node's key holds (hashed in C, no call to this
+    # class), and this class's hash is computed once (both rebuilt on unpickling: a string's hash differs from
+    # process to process)
+    def __post_init__(self):
+        ident = (type(self).__name__, *(v.ident if isinstance(v, DType) else v for v in self._fields()))
+        object.__setattr__(self, "ident", ident)
+        object.__setattr__(self, "_hash", hash(ident))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, DType) and self.ident == other.ident)
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __reduce__(self):
+        return type(self), self._fields()
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.name}.vec({self.count})"
@@ -58,6 +80,8 @@ class PtrDType(DType):
 
     base: DType = None  # type: ignore[assignment]
     size: int = -1
+
+    __hash__, __eq__ = DType.__hash__, DType.__eq__  # (the dataclass decorator would write field-by-field ones)
 
     def __repr__(self) -> str:
         return f"{self.base!r}.ptr({self.size})"

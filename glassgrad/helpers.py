@@ -6,10 +6,18 @@ import contextlib
 import functools
 import os
 import sys
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from glassgrad.progress import tqdm, trange  # noqa: F401  (tinygrad's import path: glassgrad.helpers.trange)
+
+
+class KeyedRef(weakref.ref):
+    """A weak reference that remembers a key (its referent's entry in a dict of live objects, dropped by the
+    callback): one callback serves every entry, where a closure per object would be made on a hot path."""
+
+    __slots__ = ("key",)
 
 
 @functools.cache

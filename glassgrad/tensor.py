@@ -423,11 +423,18 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
     def _derived(uop: UOp, *parents: Tensor) -> Tensor:
         """The result of an op: a float result requires grad when any input does, and then it has autograd history
         (it is not a leaf)."""
-        if all(p.uop.dtype is not uop.dtype for p in parents):  # a dtype an input has, its device holds already
+        # (every op of every model passes here: plain loops, and the common case decides with the fewest calls)
+        for p in parents:
+            if p.uop.dtype is uop.dtype:  # a dtype an input has, its device holds already
+                break
+        else:
             check_device_holds(uop.device or Device.DEFAULT, uop.dtype)
         out = Tensor.__new__(Tensor)  # not through __init__: the graph is made, there is no data to take in
-        grad = not Tensor.no_grad and any(p._requires_grad for p in parents) and dtypes.is_float(uop.dtype)
-        out._start(uop, True if grad else unasked_flag(parents), is_leaf=not grad)
+        asked = [p._requires_grad for p in parents]
+        if True in asked and not Tensor.no_grad and dtypes.is_float(uop.dtype):
+            out._start(uop, True, is_leaf=False)
+        else:
+            out._start(uop, unasked_flag(parents) if False in asked else None, is_leaf=True)
         return out
 
 

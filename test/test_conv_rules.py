@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import glassgrad.engine.lazy as schedule_cache
+import glassgrad.engine.schedule_cache as schedule_cache
 from glassgrad import Context, Device, GlobalCounters, Tensor
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt

@@ -124,7 +124,8 @@ def forbid_scheduling(monkeypatch):
 
     monkeypatch.setattr(glassgrad.schedule, "kernelize", refuse)
     monkeypatch.setattr(sys.modules["glassgrad.schedule.kernelize"], "kernelize", refuse)
-    monkeypatch.setattr(glassgrad.engine.lazy, "cached_schedule", refuse)  # lazy.py calls the name it imported
+    monkeypatch.setattr(glassgrad.engine.lazy, "cached_schedule", refuse)  # lazy.py calls the names it imported
+    monkeypatch.setattr(glassgrad.engine.lazy, "cached_template", refuse)
     monkeypatch.setattr(glassgrad.schedule, "create_schedule", refuse)
 
 

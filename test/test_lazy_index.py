@@ -11,7 +11,7 @@ from glassgrad.uop.ops import Ops
 
 def check_the_index() -> None:
     live = lazy.live_tensors()
-    unlisted = [t for t in live if not any(ref() is t for ref in t.uop.__dict__.get(lazy.TENSORS, ()))]
+    unlisted = [t for t in live if not any(ref() is t for ref in t.uop.__dict__.get(lazy.TENSORS, {}).values())]
     assert not unlisted, f"{len(unlisted)} tensors are not listed under their node, e.g. {unlisted[0]!r}"
     assert {id(t) for t in lazy.pending_assigns()} == {id(t) for t in live if t.uop.op is Ops.ASSIGN}
 

@@ -118,7 +118,7 @@ def test_backward_lets_the_graph_go_unless_retained():
 
 def test_a_jitted_training_step_holds_about_the_buffers_alive_at_once():
     from glassgrad import nn
-    from glassgrad.engine.realize import _buffers
+    from glassgrad.engine.realize import held_buffers
 
     Tensor.manual_seed(0)
     layers = [nn.Linear(64, 256), nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 10)]
@@ -139,7 +139,7 @@ def test_a_jitted_training_step_holds_about_the_buffers_alive_at_once():
     for _ in range(3):
         x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
         step(x, Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize())
-    held = {id(b) for b in _buffers.values()}
+    held = {id(b) for b in held_buffers()}
     spans = lifetimes(step.items)
     internal = [(first, last, b) for first, last, b in spans.values() if id(b) not in held]
     alive_at_once = max(sum(b.nbytes for f, last, b in internal if f <= i <= last) for i in range(len(step.items)))
@@ -147,3 +147,22 @@ def test_a_jitted_training_step_holds_about_the_buffers_alive_at_once():
     assert step.memory_saved > 0
     assert allocated <= 1.25 * alive_at_once  # close to what must coexist, far below one buffer each
     assert allocated < sum(b.nbytes for _, _, b in internal)
+
+
+def test_a_buffer_node_freed_by_the_garbage_collector_is_no_longer_held():
+    """A node that dies in a reference cycle (a traceback's, a model's) is dropped from the buffers TinyJit counts as
+    held: the collector calls back only a weak reference that does not die with the node."""
+    import gc
+
+    from glassgrad.engine.realize import buffer_of, held_buffers
+
+    a = Tensor([1.0, 2.0, 3.0]).realize()
+    t = (a * 2).realize()
+    buffer = buffer_of(t.uop.base)
+    assert any(b is buffer for b in held_buffers())
+    cycle: list = [t]
+    cycle.append(cycle)  # the tensor, and so its node, reachable only from a cycle
+    del t, cycle
+    gc.collect()
+    assert not any(b is buffer for b in held_buffers())
+    assert a.tolist() == [1.0, 2.0, 3.0]

@@ -18,7 +18,7 @@ import gc, json
 from glassgrad.engine import lazy as live
 from glassgrad import Device, Tensor
 from glassgrad.engine import realize
-from glassgrad.engine import lazy as cache
+from glassgrad.engine import schedule_cache as cache
 from glassgrad.uop import ops
 
 

@@ -5,7 +5,7 @@ import importlib
 import numpy as np
 import pytest
 
-import glassgrad.engine.lazy as schedule_cache
+import glassgrad.engine.schedule_cache as schedule_cache
 from glassgrad import Tensor
 from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.uop import Ops

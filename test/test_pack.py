@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-import glassgrad.engine.lazy as schedule_cache
+import glassgrad.engine.schedule_cache as schedule_cache
 import glassgrad.schedule.pack as pack
 from glassgrad import Context, Device, GlobalCounters, Tensor
 from glassgrad.codegen.heuristics import hand_coded_opts

@@ -19,7 +19,7 @@ from glassgrad.engine import cuda_graph
 from glassgrad.engine.checks import raise_failed_checks
 from glassgrad.engine.lazy import pending_assigns, readers_of_buffers
 from glassgrad.engine.memory import plan_memory
-from glassgrad.engine.realize import CompiledKernel, ExecItem, _buffers, buffer_of, checking_kernels
+from glassgrad.engine.realize import CompiledKernel, ExecItem, buffer_of, checking_kernels, held_buffers
 from glassgrad.engine.threads import captures, one_thread_at_a_time, thread_id
 from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime.device import Buffer
@@ -288,7 +288,7 @@ def _plan_replay_memory(items: list[ExecItem]) -> int:
     """Buffers that only the captured kernels use (no tensor holds them) share memory where their lifetimes in the
     replay don't overlap; returns the bytes saved."""
     gc.collect()  # tensors of the captured call that only a reference cycle still held
-    held = {id(m) for b in list(_buffers.values()) for m in (b, b._base) if m is not None}  # a held buffer's memory too
+    held = {id(m) for b in held_buffers() for m in (b, b._base) if m is not None}  # a held buffer's memory too
     return plan_memory(items, kept=lambda b: id(b) in held, reuse_allocated=True)
 
 

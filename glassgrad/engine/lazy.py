@@ -1,5 +1,5 @@
-"""The lazy graphs' bookkeeping: the live tensors, what each kernelized or realized node stands for now, and the
-schedule cache that kernelizes a graph shaped like one seen before by renaming a remembered answer.
+"""The lazy graphs' bookkeeping: the live tensors, what each kernelized or realized node stands for now, and
+realizing tensors: their schedule run, and every graph pointed at the buffers it filled.
 
 Every Tensor is listed here while it lives. Realizing or kernelizing a graph replaces some of its nodes (by a
 BUFFER, or the ASSIGN(BUFFER, KERNEL) that will fill one): `become` points every live tensor that names such a node
@@ -10,39 +10,29 @@ runs: `readers_of_overwritten` (for a realize) and `readers_of_buffers` (for a T
 caller realizes them first, so that each keeps the value it was built to have, as in eager execution. A tensor that
 is the buffer itself or a view of it is no reader: it shares the buffer's storage, as a PyTorch view does.
 
-The schedule cache: a graph shaped like one kernelized before is not kernelized (nor scheduled) again. Two graphs
-that differ only in which buffers they read (a training step's graph, step after step) differ only in their UNIQUE
-leaves: every BUFFER, and every CONTIGUOUS that must get its own buffer, hangs on one. Renumbering
-the UNIQUE leaves in the order a walk meets them gives both the same normalized graph; the walk itself, each node
-written as its op, dtype, arg and sources by position (`shape_key`), is the dictionary key, so a hit builds no
-normalized graph. A miss kernelizes the normalized graph, schedules its kernels and keeps both; a hit renames the
-answer back: the nodes it shares with the graph become the caller's (found by their position in the walk), the
-buffers kernelize made get fresh UNIQUEs, and only the nodes above those are rebuilt (the small ASSIGN/KERNEL graph,
-never the kernel ASTs: those are shared, so compiled programs are found by identity).
+The schedule cache (engine/schedule_cache.py) answers kernelize for a graph shaped like one seen before.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.realize import _buffers, buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
+from glassgrad.engine.schedule_cache import Scheduled, Template, cached_schedule, cached_template, realized_now, renamed
 from glassgrad.engine.threads import one_thread_at_a_time
-from glassgrad.helpers import NOOPT
+from glassgrad.helpers import KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
-from glassgrad.schedule import ScheduleItem, pack, schedule_assigns, schedule_item
-from glassgrad.schedule.kernelize import kernelize
+from glassgrad.schedule import pack
 from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.multi import lower_multi
-from glassgrad.uop.ops import Ops, UOp, fresh_unique, new_buffer
+from glassgrad.uop.ops import Ops, UOp, new_buffer
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -58,11 +48,12 @@ _assigning: dict[int, weakref.ref[Tensor]] = {}
 class Replacements:
     """Nodes that have been kernelized or realized, and what stands for them now: `node in replaced`,
     `replaced[node]`, `replaced[node] = new`. The replacement is kept on the node itself, so it lives as long as the
-    node does; a WeakKeyDictionary lists the nodes too, only to say whether any is alive (none: no graph needs a
-    walk to be current), as its every lookup makes a weak reference (a hot path's cost)."""
+    node does; `live` lists the nodes too (by id, each until it dies), only to say whether any is alive (none: no
+    graph needs a walk to be current). A plain dict and one shared callback: a WeakKeyDictionary's every set is
+    Python code and a new weak reference (each realize sets two)."""
 
     def __init__(self):
-        self.live: weakref.WeakKeyDictionary[UOp, None] = weakref.WeakKeyDictionary()
+        self.live: dict[int, KeyedRef] = {}
 
     def __contains__(self, node: UOp) -> bool:
         return "_replaced" in node.__dict__
@@ -71,40 +62,58 @@ class Replacements:
         return node.__dict__["_replaced"]
 
     def __setitem__(self, node: UOp, new: UOp) -> None:
-        node.__dict__["_replaced"] = new
-        self.live[node] = None
+        if "_replaced" not in (listed := node.__dict__):
+            # (the reference kept in `live`, not on the node: the collector calls back none that dies with the node)
+            ref = KeyedRef(node, self._dead)
+            ref.key = id(node)
+            self.live[ref.key] = ref
+        listed["_replaced"] = new
+
+    def _dead(self, ref: KeyedRef) -> None:
+        if self.live.get(ref.key) is ref:
+            del self.live[ref.key]
 
     def __len__(self) -> int:
         return len(self.live)
 
 
 replaced = Replacements()
-TENSORS = "_tensors"  # the attribute of a node listing (weakly) the tensors that were pointed at it: become's index
+# the attribute of a node listing (weakly, by the tensor's id) the tensors that were pointed at it: become's index
+TENSORS = "_tensors"
+
+
+def _forget(ref: KeyedRef) -> None:
+    _all_tensors.pop(ref.key, None)
+    _assigning.pop(ref.key, None)
 
 
 def register(t: Tensor) -> None:
     """List a new tensor among the live ones (until it is collected)."""
-
-    def forget(_: weakref.ref, key: int = id(t)) -> None:
-        _all_tensors.pop(key, None)
-        _assigning.pop(key, None)
-
-    _all_tensors[id(t)] = weakref.ref(t, forget)
-    track(t)
+    ref = KeyedRef(t, _forget)  # (one callback for all: no closure made per tensor)
+    ref.key = id(t)
+    _all_tensors[ref.key] = ref
+    _track(ref, t.uop)
 
 
 def track(t: Tensor) -> None:
     """Note that `t` now stands for its node (Tensor._set_uop calls this): become finds the tensors of a node
     through the node, not by looking at every live tensor."""
-    ref, node = _all_tensors[id(t)], t.uop
+    _track(_all_tensors[id(t)], t.uop)
+
+
+def _track(ref: KeyedRef, node: UOp) -> None:
     if (listed := node.__dict__.get(TENSORS)) is None:
-        node.__dict__[TENSORS] = [ref]
-    elif not any(r is ref for r in listed):  # (by identity: comparing weak references compares tensors, an op)
-        if len(listed) >= 8:  # tensors that died or moved on: dropped, so a node many tensors pass keeps a short list
-            listed[:] = [r for r in listed if (other := r()) is not None and other.uop is node]
-        listed.append(ref)
+        node.__dict__[TENSORS] = {ref.key: ref}
+    elif listed.get(ref.key) is not ref:  # (a dead tensor's entry may have this id: replaced)
+        if (n := len(listed)) >= 8 and n & (n - 1) == 0:  # tensors that died or moved on: dropped, so a node many
+            # tensors pass (an interned constant's) keeps a short list; at each power of two, so a node many live
+            # tensors name (one op on the same inputs, its results kept) is not looked over at every new one
+            listed = node.__dict__[TENSORS] = {
+                key: r for key, r in listed.items() if (other := r()) is not None and other.uop is node
+            }
+        listed[ref.key] = ref
     if node.op is Ops.ASSIGN:
-        _assigning[id(t)] = ref
+        _assigning[ref.key] = ref
 
 
 def live_tensors() -> list[Tensor]:
@@ -114,6 +123,8 @@ def live_tensors() -> list[Tensor]:
 
 def pending_assigns() -> list[Tensor]:
     """Live tensors with an assign that has not run yet."""
+    if not _assigning:  # (every realize asks)
+        return []
     pending = []
     for key, ref in list(_assigning.items()):
         if (t := ref()) is not None and t.uop.op is Ops.ASSIGN:
@@ -160,7 +171,7 @@ def _current_node(node: UOp, new: dict[UOp, UOp]) -> None:
 
 def current(root: UOp) -> UOp:
     """A graph as it stands now (see current_map)."""
-    return current_map(root)[root] if replaced else root
+    return current_map(root)[root] if replaced.live else root  # (the dict itself: no call to __len__)
 
 
 def become(mapping: dict[UOp, UOp]) -> None:
@@ -170,7 +181,7 @@ def become(mapping: dict[UOp, UOp]) -> None:
     for key, value in mapping.items():
         replaced[key] = value
     for key in mapping:
-        for ref in key.__dict__.get(TENSORS, ()):
+        for ref in list(key.__dict__.get(TENSORS, {}).values()):
             if (t := ref()) is not None and t.uop is key:
                 t._set_uop(resolve(key))
 
@@ -178,19 +189,25 @@ def become(mapping: dict[UOp, UOp]) -> None:
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
 
 
-def intermediates(kernelized: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
-    """The new buffers of a kernelize mapping that nothing will read after the run: not the realized tensors'
-    own, and not reachable from any live tensor's graph (a lazy graph built on them, or one autograd keeps)."""
+def intermediates(made: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
+    """The buffers a run makes that nothing will read after it: not the realized tensors' own, and not reachable
+    from any live tensor's graph (a lazy graph built on them, or one autograd keeps). `made` maps each kernelized
+    node that gets a new buffer to what holds it: the ASSIGN(BUFFER, KERNEL) filling it, or the BUFFER itself."""
+    if len(made) < 2:  # sharing needs two buffers: skip the walk over every live graph
+        return set()
     roots = {shard.base for t in tensors for shard in _shards(t.uop)}
-    fresh = {node: assign.base for node, assign in kernelized.items() if assign.base.op is Ops.ASSIGN
-             and assign.base not in roots and not assign.base.src[1].arg.assign}  # fmt: skip
-    if len(fresh) < 2:  # sharing needs two buffers: skip the walk over every live graph
+    fresh = {node: holder for node, holder in made.items() if holder not in roots}
+    if len(fresh) < 2:
         return set()
     graphs = [u for t in live_tensors() for u in (t.uop, t._autograd_uop) if u is not None]
     # a kernel's sources are not read after the run; a stale graph reads what its nodes were replaced by since
     reached = set(UOp(Ops.SINK, dtypes.void, tuple(graphs)).toposort(enter=lambda n: n.op not in _NOT_ENTERED))
     reached |= {resolve(n).base for n in reached if n in replaced}
-    return {assign.src[0] for node, assign in fresh.items() if node not in reached and assign not in reached}
+    return {_buffer(holder) for node, holder in fresh.items() if node not in reached and holder not in reached}
+
+
+def _buffer(holder: UOp) -> UOp:
+    return holder if holder.op is Ops.BUFFER else holder.src[0]
 
 
 def readers_of_overwritten(tensors: Sequence[Tensor]) -> list[Tensor]:
@@ -213,7 +230,7 @@ def readers_of_buffers(written: set[int]) -> list[Tensor]:
         return []
 
     def overwritten(node: UOp) -> bool:
-        buffer = _buffers.get(node) if node.op is Ops.BUFFER else None
+        buffer = node.__dict__.get("_buffer") if node.op is Ops.BUFFER else None
         return buffer is not None and (id(buffer) in written or id(buffer._base) in written)
 
     return _readers(_lazy_tensors(()), overwritten, set())
@@ -251,129 +268,6 @@ def _base_buffer(node: UOp) -> UOp:
     return node
 
 
-# ---- the schedule cache ----
-
-CACHE_SIZE = 64  # graphs remembered; a program has few shapes of graph that it realizes over and over
-stats = {"hits": 0, "misses": 0}
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    """kernelize's answer for some roots, and what realizing them runs."""
-
-    mapping: dict[UOp, UOp]  # each node that becomes a buffer -> the ASSIGN(BUFFER, KERNEL) filling it (or a view)
-    roots: list[UOp]  # the roots with the mapping applied
-    assigns: list[UOp]  # the ASSIGN(BUFFER, KERNEL) nodes under the roots, in the order their kernels run
-    items: list[ScheduleItem]  # their kernels, one item per assign
-    var_vals: dict[UOp, int]  # the value each Variable bound in the graph has (the kernels take them)
-
-
-@dataclass(frozen=True)
-class Template:
-    """A Scheduled over a graph's normalized twin (`answer`; `points` are the positions, in the graph's walk, of the
-    mapping's keys), and how to rename it for a graph of the same shape: `inputs` are its nodes that are nodes of
-    the normalized graph (by position in the walk), `made` the UNIQUE leaves of the buffers kernelize made (new ones
-    each time), `rebuilt` the nodes above either, each after its sources."""
-
-    points: tuple[int, ...]
-    answer: Scheduled
-    inputs: dict[UOp, int]
-    made: tuple[UOp, ...]
-    rebuilt: tuple[UOp, ...]
-
-
-# by the key's hash, computed once (hashing the key hashes every node's dtype and arg): [(key, template)]
-_cache: OrderedDict[int, list[tuple[tuple, Template]]] = OrderedDict()
-
-
-def _slot(k: int) -> UOp:
-    return UOp(Ops.UNIQUE, dtypes.void, (), ("slot", k))
-
-
-def normalize(root: UOp) -> tuple[dict[UOp, UOp], list[UOp]]:
-    """Every node of the graph mapped to its normalized twin, and the UNIQUE leaves in slot order."""
-    new: dict[UOp, UOp] = {}
-    uniques: list[UOp] = []
-    for node in root.toposort():
-        if node.op is Ops.UNIQUE:
-            new[node] = _slot(len(uniques))
-            uniques.append(node)
-            continue
-        src = tuple(new[s] for s in node.src)
-        new[node] = node if src == node.src else node.replace(src=src)
-    return new, uniques
-
-
-def shape_key(order: list[UOp]) -> tuple:
-    """A graph's toposort as a hashable key: each node's op, dtype, arg and sources by position, every UNIQUE leaf
-    alike (a walk meets them in the same order in graphs of the same shape, so position k is slot k). Graphs that
-    differ only in their buffers give equal keys, without building their normalized twin (a hit's cost)."""
-    position: dict[UOp, int] = {}
-    parts: list = []
-    for i, node in enumerate(order):
-        position[node] = i
-        # _key[3]: the arg as interning compares it (0.0 and -0.0 apart)
-        parts.append(None if node.op is Ops.UNIQUE else (node.op, node.dtype, node._key[3],
-                                                         tuple([position[s] for s in node.src])))  # fmt: skip
-    return tuple(parts)
-
-
-def _template(order: list[UOp]) -> Template:
-    """Kernelize and schedule the graph's normalized twin; remember which of its nodes a hit renames, and how."""
-    normalized, uniques = normalize(order[-1])
-    roots = list(normalized[order[-1]].src)
-    mapping = kernelize(roots)
-    roots = [mapping[r] if r in mapping else r.substitute(mapping) for r in roots]
-    assigns = schedule_assigns(roots)
-    answer = Scheduled(mapping, roots, assigns, [schedule_item(a) for a in assigns], {})
-    where = {normalized[node]: i for i, node in enumerate(order)}
-    inputs: dict[UOp, int] = {}
-    made, rebuilt, renamed = [], [], set()
-    bufs = [buf for item in answer.items for buf in item.bufs]  # a kernel kernelized earlier reads the graph's
-    result = UOp(Ops.SINK, dtypes.void, (*mapping.values(), *roots, *assigns, *bufs))
-    # (the SINK itself may be the graph's own, as when it realizes buffers only)
-    for node in result.toposort(enter=lambda n: n is result or n not in where)[:-1]:
-        if node in where:  # a node of the graph: the caller's own, unless no UNIQUE lies below it (then the same)
-            if node is not order[where[node]]:
-                inputs[node] = where[node]
-                renamed.add(node)
-        elif node.op is Ops.UNIQUE or any(s in renamed for s in node.src):
-            (made if node.op is Ops.UNIQUE else rebuilt).append(node)
-            renamed.add(node)
-    return Template(tuple(where[point] for point in mapping), answer, inputs, tuple(made), tuple(rebuilt))
-
-
-def _renamed(template: Template, order: list[UOp], var_vals: dict[UOp, int]) -> Scheduled:
-    """The template's answer for the graph walked in `order`: its buffers, and new ones where kernelize made some."""
-    new = {node: order[i] for node, i in template.inputs.items()}
-    new |= {leaf: fresh_unique() for leaf in template.made}
-    for node in template.rebuilt:
-        new[node] = UOp(node.op, node.dtype, tuple([new.get(s, s) for s in node.src]), node.arg)
-    answer = template.answer
-    mapping = {order[i]: new.get(value, value) for i, value in zip(template.points, answer.mapping.values())}
-    items = [ScheduleItem(item.ast, tuple([new.get(b, b) for b in item.bufs])) for item in answer.items]
-    roots, assigns = [new.get(r, r) for r in answer.roots], [new.get(a, a) for a in answer.assigns]
-    return Scheduled(mapping, roots, assigns, items, var_vals)
-
-
-def cached_schedule(roots: list[UOp]) -> Scheduled:
-    """kernelize(roots) and the schedule of their kernels, served from the cache when a graph of the same shape was
-    kernelized before."""
-    order = UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort()
-    key = (shape_key(order), NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
-    same_hash = _cache.get(digest := hash(key), [])
-    if (template := next((t for k, t in same_hash if k == key), None)) is None:
-        stats["misses"] += 1
-        template = _template(order)
-        _cache[digest] = [*same_hash, (key, template)]
-        if len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    else:
-        stats["hits"] += 1
-    _cache.move_to_end(digest)
-    return _renamed(template, order, bound_values(order))
-
-
 # ---- scheduling and realizing tensors ----
 
 
@@ -382,15 +276,12 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     each is backed by a buffer."""
     start, before = time.perf_counter(), GlobalCounters.kernel_count
     tensors = (*tensors, *readers_of_overwritten(tensors))
-    scheduled = schedule_tensors(tensors)
-    unused = intermediates(scheduled.mapping, tensors)
-    try:
-        run_schedule(scheduled.items, unused, scheduled.var_vals)
-    except CheckFailed as error:  # what ran apart from the failure stands (an assign must not run twice); what
-        kept = unaffected_by(error.check, scheduled.assigns)  # reads the failure stays to run, and raises again
-        _realized(tensors, scheduled, [a for a in kept if a.src[0] not in unused])
-        raise
-    _realized(tensors, scheduled, scheduled.assigns)
+    template, order = cached_template(_current_roots(tensors))
+    var_vals = bound_values(order)  # the values of the Variables bound in the graph (its kernels take them)
+    if template.realized is not None:  # no assign: straight to the buffers, no ASSIGN/KERNEL graph in between
+        _run_realized(tensors, template, order, var_vals)
+    else:
+        _run_scheduled(tensors, _scheduled(tensors, renamed(template, order)), var_vals)
     timed_realize_summary(start, before)
 
 
@@ -398,12 +289,22 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
 def schedule_tensors(tensors: Sequence[Tensor]) -> Scheduled:
     """Kernelize the tensors' graphs, point every tensor at the result and return the schedule: kernelize's mapping
     and the kernels to run, in order (Tensor.kernelize and Tensor.schedule are this; realize runs its kernels)."""
+    return _scheduled(tensors, cached_schedule(_current_roots(tensors)))
+
+
+def _current_roots(tensors: Sequence[Tensor]) -> list[UOp]:
+    """The tensors' graphs as they stand now (each tensor pointed at its own)."""
     for t in tensors:
-        t._set_uop(t._current_uop())
+        if (now := t._current_uop()) is not t.uop:
+            t._set_uop(now)
         if (lowered := lower_multi(t.uop)) is not t.uop:  # ops on several devices: a graph per device
             replaced[t.uop] = lowered
             t._set_uop(lowered)
-    scheduled = cached_schedule([shard for t in tensors for shard in _shards(t.uop)])
+    return [shard for t in tensors for shard in _shards(t.uop)]
+
+
+def _scheduled(tensors: Sequence[Tensor], scheduled: Scheduled) -> Scheduled:
+    """Point every graph at a schedule's kernels (the tensors at its roots)."""
     become(scheduled.mapping)
     for t, root in zip(tensors, _regrouped(tensors, scheduled.roots)):  # a view of a kernelized node now reads
         t._set_uop(root)  # through its buffer
@@ -425,15 +326,63 @@ def _regrouped(tensors: Sequence[Tensor], roots: list[UOp]) -> list[UOp]:
     return out
 
 
+def _allocated(tensors: Sequence[Tensor]) -> None:
+    """Tensor.empty's buffers too: their memory exists now, or OutOfMemoryError said why."""
+    for t in tensors:
+        for shard in _shards(t.uop):
+            if shard.base.op is Ops.BUFFER:
+                buffer_of(shard.base).ensure_allocated()
+
+
+def _run_scheduled(tensors: Sequence[Tensor], scheduled: Scheduled, var_vals: dict[UOp, int]) -> None:
+    """Run a schedule the graphs point at, then point them at the buffers its kernels filled."""
+    unused = intermediates({node: assign.base for node, assign in scheduled.mapping.items() if assign.base.op is
+                            Ops.ASSIGN and not assign.base.src[1].arg.assign}, tensors)  # fmt: skip
+    try:
+        run_schedule(scheduled.items, unused, var_vals)
+    except CheckFailed as error:
+        _failed(tensors, scheduled, error, unused)
+        raise
+    _realized(tensors, scheduled, scheduled.assigns)
+
+
+def _failed(tensors: Sequence[Tensor], scheduled: Scheduled, error: CheckFailed, unused: set[UOp]) -> None:
+    """What ran apart from the failure stands (an assign must not run twice); what reads the failure stays to run
+    (and raises again)."""
+    kept = unaffected_by(error.check, scheduled.assigns)
+    _realized(tensors, scheduled, [a for a in kept if a.src[0] not in unused])
+
+
+def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp], var_vals: dict[UOp, int]) -> None:
+    """Realize from a template's realized form: the tensors point at their new buffers, the kernels fill them, then
+    every other graph is pointed there too. Where the run raises, the graphs are left as the ASSIGN graph's way
+    leaves them (the ASSIGN graph on the same buffers, built now: nothing saw the state in between)."""
+    now = realized_now(template, order)
+    for t, root in zip(tensors, _regrouped(tensors, now.roots)):
+        t._set_uop(root)
+    unused = set()
+    if len(now.finals) > 1:  # (one buffer shares with none: an eager op's realize skips this)
+        made = set(now.made.values())
+        unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
+                                and final.base.src[0] in made}, tensors)  # fmt: skip
+    try:
+        run_schedule(now.items, unused, var_vals)
+    except BaseException as error:
+        scheduled = _scheduled(tensors, renamed(template, order, now.made))
+        if isinstance(error, CheckFailed):
+            _failed(tensors, scheduled, error, unused)
+        raise
+    become(now.finals)
+    _allocated(tensors)
+
+
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:
     """Point the tensors, and every graph, at the buffers the kernels of the assigns `ran` filled."""
     realized = {n: _renamed_after_assign(n) for n in ran}
     become(realized)
     for t, root in zip(tensors, _regrouped(tensors, scheduled.roots)):
-        t._set_uop(root.substitute(realized))
-        for shard in _shards(t.uop):
-            if shard.base.op is Ops.BUFFER:  # Tensor.empty's too: its memory exists now, or OutOfMemoryError said
-                buffer_of(shard.base).ensure_allocated()  # why
+        t._set_uop(realized[root] if root in realized else root.substitute(realized))
+    _allocated(tensors)
 
 
 def _renamed_after_assign(assigned: UOp) -> UOp:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -18,7 +17,7 @@ from glassgrad.engine.compile_progress import CompileProgress
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ, KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
@@ -29,19 +28,39 @@ if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
     viz.start()
 
 # The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
-# lookup), and listed here for TinyJit, which asks which buffers are held.
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# lookup), and listed here by the node's id for TinyJit, which asks which buffers are held (a plain dict and one
+# callback: a WeakKeyDictionary's set is Python code and a new weak reference, for every buffer an eager op makes).
+# The weak reference is kept here, not on the node: the garbage collector calls back no reference that dies with it.
+_buffers: dict[int, tuple[KeyedRef, Buffer]] = {}
+
+
+def _dropped(ref: KeyedRef) -> None:
+    if (entry := _buffers.get(ref.key)) is not None and entry[0] is ref:
+        del _buffers[ref.key]
+
+
+def _hold(node: UOp, buffer: Buffer) -> Buffer:
+    ref = KeyedRef(node, _dropped)
+    ref.key = id(node)
+    _buffers[ref.key] = (ref, buffer)
+    node.__dict__["_buffer"] = buffer
+    return buffer
+
+
+def held_buffers() -> list[Buffer]:
+    """The Buffers of the BUFFER nodes alive now."""
+    return [buffer for _, buffer in list(_buffers.values())]
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
     """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
-    _buffers[alias] = alias.__dict__["_buffer"] = buffer_of(node)
+    _hold(alias, buffer_of(node))
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
     if (found := node.__dict__.get("_buffer")) is None:
-        found = _buffers[node] = node.__dict__["_buffer"] = Buffer(node.device, node.arg, node.dtype)
+        found = _hold(node, Buffer(node.device, node.arg, node.dtype))
     return found
 
 
@@ -69,11 +88,22 @@ _kernels: OrderedDict[tuple[str, UOp, int, int, int], CompiledKernel] = OrderedD
 
 def get_kernel(device: str, ast: UOp) -> CompiledKernel:
     """Compile an AST for a device once per process (its spec and binary are also cached on disk)."""
-    key = _kernel_key(device, ast)
-    if (found := _kernels.get(key)) is not None:
-        _kernels.move_to_end(key)
-        return found
-    return compile_ahead([(device, ast)])[key]
+    return get_kernels([(device, ast)])[0]
+
+
+def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
+    """The compiled kernel of each (device, AST): those made before found by one lookup each, the others made
+    together (compile_ahead)."""
+    flags = _flags()
+    keys = [_kernel_key(device, ast, flags) for device, ast in kernels]
+    found = [_kernels.get(key) for key in keys]
+    if None in found:
+        made = compile_ahead(kernels)
+        found = [kernel if kernel is not None else made.get(key) or _kernels[key] for key, kernel in zip(keys, found)]
+    for key in keys:
+        if key in _kernels:  # (a schedule of more kernels than are kept may have pushed out its first)
+            _kernels.move_to_end(key)
+    return found
 
 
 def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
@@ -118,9 +148,13 @@ def _specs_and_binaries(todo: dict[tuple, tuple[str, UOp]]) -> tuple[dict, dict[
         return specs, {found: future.result() for found, future in pending.items()}
 
 
-def _kernel_key(device: str, ast: UOp) -> tuple:
+def _flags() -> tuple[int, int, int]:
     # the flags choose the optimizations (TF32: whether a float32 product may run as TF32), so each gets its own program
-    return (device, ast, NOOPT.value, BEAM.value, TF32.value)
+    return NOOPT.value, BEAM.value, TF32.value
+
+
+def _kernel_key(device: str, ast: UOp, flags: tuple[int, int, int] | None = None) -> tuple:
+    return (device, ast, *(_flags() if flags is None else flags))
 
 
 def _cached_spec(key: tuple, device: str, ast: UOp) -> ProgramSpec:
@@ -206,9 +240,14 @@ def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: d
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device (with the values of
     its Variables, from `var_vals`)."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
-    if item.ast.op is Ops.COPY:
+    kernel = get_kernel(bufs[0].device, item.ast) if item.ast.op is not Ops.COPY else None
+    return _exec_item(item, bufs, kernel, var_vals)
+
+
+def _exec_item(item: ScheduleItem, bufs: list[Buffer], kernel: CompiledKernel | None,
+               var_vals: dict[UOp, int] | None = None) -> ExecItem:  # fmt: skip
+    if kernel is None:
         return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
-    kernel = get_kernel(bufs[0].device, item.ast)
     if missing := [v.arg[0] for v in kernel.spec.vars if v not in (var_vals or {})]:
         raise UnboundVariableError(
             f"realize: kernel {kernel.spec.name} needs the value of Variable "
@@ -235,22 +274,25 @@ def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozens
             bufs[0].ensure_allocated()
             continue
         work.append((item, bufs))
-    compile_ahead([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is Ops.SINK])
-    items = [lower_item(item, bufs, var_vals) for item, bufs in work]
+    kernels = iter(get_kernels([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is not Ops.COPY]))
+    items = [_exec_item(item, bufs, next(kernels) if item.ast.op is not Ops.COPY else None, var_vals)
+             for item, bufs in work]  # fmt: skip
     if intermediates:
         planned = {id(buffer_of(node)) for node in intermediates}
         plan_memory(items, kept=lambda b: id(b) not in planned)
+    capturing = captures()  # the TinyJit captures running in this thread
     try:
         for exec_item in items:
             exec_item.run()
-            for captured in captures():  # the TinyJit captures running in this thread
+            for captured in capturing:
                 captured.append(exec_item)
     finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
-        raise_failed_checks(checking_kernels(items))
+        if checking := checking_kernels(items):
+            raise_failed_checks(checking)
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:
-    if DEBUG >= 1:
+    if DEBUG.value >= 1:
         ran = GlobalCounters.kernel_count - kernels_before
         used, peak = GlobalCounters.mem_used / 1e6, GlobalCounters.mem_peak / 1e6
         ms = (time.perf_counter() - start) * 1e3

@@ -79,8 +79,14 @@ class ElementwiseMixin:
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         x, y = (other, self) if reverse else (self, other)
-        shape = broadcast_shape(x.shape, y.shape, op)
-        return x.cast(dtype)._broadcast_to(shape, op), y.cast(dtype)._broadcast_to(shape, op)
+        if x.dtype is not dtype:  # (the common case, both of one dtype and shape, calls nothing more)
+            x = x.cast(dtype)
+        if y.dtype is not dtype:
+            y = y.cast(dtype)
+        if (shape := x.shape) == y.shape:
+            return x, y
+        shape = broadcast_shape(shape, y.shape, op)
+        return x._broadcast_to(shape, op), y._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
         return self._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)

@@ -77,10 +77,15 @@ class MovementMixin:
         return x if new == x.shape else x._movement(Ops.EXPAND, new)
 
     def _broadcast_to(self, shape: tuple[int, ...], op: str) -> Tensor:
-        try:
-            return self.expand(shape)
-        except ValueError:
-            raise ArgumentError(f"{op}: cannot broadcast shape {self.shape} to {shape}") from None
+        """This tensor broadcast to `shape`, a shape of sizes already (the graph expand builds, without checking a
+        user's argument again: every broadcast operand of every op passes here)."""
+        if shape == self.shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        if len(shape) < self.ndim or any(old != s and old != 1 for old, s in zip(padded, shape)):
+            raise ArgumentError(f"{op}: cannot broadcast shape {self.shape} to {shape}")
+        x = self._movement(Ops.RESHAPE, padded) if padded != self.shape else self
+        return x if shape == x.shape else x._movement(Ops.EXPAND, shape)
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """Crop each dimension to [start, end) (None keeps it whole)."""

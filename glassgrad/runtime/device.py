@@ -127,6 +127,8 @@ class _DeviceRegistry:
         return base if index in ("", "0") else f"{base}:{index}"
 
     def __getitem__(self, name: str) -> Compiled:
+        if (opened := self._opened.get(name)) is not None:  # a canonical name, opened: every buffer asks this
+            return opened
         name = self.canonicalize(name)
         if name not in self._opened:
             with self._opening:  # opened once, even when two threads ask for it first at the same time
@@ -213,6 +215,8 @@ class Buffer:
 
     @property
     def handle(self) -> Any:
+        if self._handle is not None:  # (allocated, so not placed in another's memory: every kernel call asks)
+            return self._handle
         return self._base.handle if self._base is not None else self.ensure_allocated()._handle
 
     def copyin(self, data: memoryview | bytes | bytearray) -> Buffer:

@@ -6,12 +6,11 @@ import functools
 import itertools
 import math
 import operator
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from glassgrad.dtype import DType, dtypes, truncate
-from glassgrad.helpers import prod
+from glassgrad.helpers import KeyedRef, prod
 from glassgrad.uop.opcodes import GroupOp, Ops
 from glassgrad.uop.operators import BinaryOperators
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite  # noqa: F401  (the seed import path)
@@ -40,13 +39,7 @@ def _arg_key(arg: Any) -> Any:
     return arg
 
 
-class _InternRef(weakref.ref):
-    """A weak reference to an interned node that remembers the node's key (to drop the entry when the node dies)."""
-
-    __slots__ = ("key",)
-
-
-def _forget(ref: _InternRef) -> None:
+def _forget(ref: KeyedRef) -> None:
     # not a newer node of the same key, interned after this one died
     if _interned.get(ref.key) is ref:
         del _interned[ref.key]
@@ -54,7 +47,7 @@ def _forget(ref: _InternRef) -> None:
 
 # (op, dtype, src, arg) -> the live node. A plain dict of weak references rather than a WeakValueDictionary, whose
 # get and set are Python functions: building a node is the hottest path there is (about 2 us -> 0.8 us a new node).
-_interned: dict[tuple, _InternRef] = {}
+_interned: dict[tuple, KeyedRef] = {}
 
 
 class UOp(BinaryOperators):
@@ -63,12 +56,13 @@ class UOp(BinaryOperators):
     __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _arg_key(arg))
+        # the dtype as its plain tuple (hashed in C); the arg as it is where it is None or an int (no call)
+        key = (op, dtype.ident, src, arg if arg is None or type(arg) is int else _arg_key(arg))
         if (ref := _interned.get(key)) is not None and (found := ref()) is not None:
             return found
-        node = super().__new__(cls)
+        node = object.__new__(cls)
         node.op, node.dtype, node.src, node.arg, node._key = op, dtype, src, arg, key
-        ref = _InternRef(node, _forget)
+        ref = KeyedRef(node, _forget)  # its key: the node's (to drop the entry when the node dies)
         ref.key = key
         # setdefault, not a set: where another thread interned the same node meanwhile, that one is the node
         if (first := _interned.setdefault(key, ref)) is not ref:
