@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from glassgrad import GlobalCounters, Tensor, dtypes
+from glassgrad import Device, GlobalCounters, Tensor, dtypes
 from glassgrad.engine.realize import buffer_of
 from glassgrad.models import gpt2
 from glassgrad.nn.state import get_state_dict
@@ -289,6 +289,8 @@ def test_costly_math_broadcast_a_few_times_stays_fused(device):
 def test_a_costly_16_bit_value_read_as_float32_is_stored_in_16_bits(device, view):
     """Under autocast a gradient is a 16-bit value that its matmul reads as float32: stored as 16 bits (half the
     bytes; the product multiplies 16-bit operands), widened as it loads, the same values."""
+    if not Device[device].supports(dtypes.bfloat16):
+        pytest.skip(f"{device} holds no bfloat16")
     (a, x), (b, w) = realized((8, 16) if view == "as_is" else (16, 8), device), realized((16, 32), device, seed=1)
     narrow = x.exp().cast(dtypes.bfloat16)
     y = (narrow if view == "as_is" else narrow.T).cast(dtypes.float32) @ w
