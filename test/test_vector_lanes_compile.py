@@ -49,3 +49,21 @@ def test_bool_sums_stay_bools(device):
     y = Tensor(values)
     np.testing.assert_array_equal((y + y.flip(0)).numpy(), values + np.flip(values, 0))
     np.testing.assert_array_equal((y + y.flip(0)).sum(1).numpy(), (values + np.flip(values, 0)).sum(1))
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64, np.int32, np.int64, np.uint8, np.int16])
+@pytest.mark.parametrize("size", [256, 67])
+def test_shifts_of_vector_lanes_match_numpy(device, dtype, size):
+    """Shifts of whole vectors (the C vector form where it computes the scalar one in each lane, as a random draw's
+    hash runs them), by constants and by a tensor of amounts: 256 elements (whole vectors on the CPU) and 67 (a
+    size the CPU's vectors do not divide)."""
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+    amounts = rng.integers(0, info.bits, size).astype(dtype)
+    t, s = Tensor(x, device=device), Tensor(amounts, device=device)
+    for k in (0, 1, 13, info.bits - 1):
+        np.testing.assert_array_equal((t >> k).numpy(), x >> dtype(k))
+        if not np.issubdtype(dtype, np.signedinteger):  # a signed left shift that overflows is NumPy's wrap too,
+            np.testing.assert_array_equal((t << k).numpy(), x << dtype(k))  # tested in test_small_int_wraparound
+    np.testing.assert_array_equal((t >> s).numpy(), x >> amounts)

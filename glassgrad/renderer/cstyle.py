@@ -19,6 +19,10 @@ SMALL_INTS = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint1
 # ops whose int result can leave a small int's range; computed in unsigned int, where they wrap as defined (signed
 # int overflows in 65535 * 65535 and shifts a negative value left, both undefined), the cast back keeps the low bits
 WRAPPING_OPS = (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC)
+# shifts a C vector computes as render_alu's scalar form does in each lane (no promotion to int, no wrap-around cast):
+# a random draw's hash is all shifts and xors (Tensor.rand of 8192x384 spent 3.8 ms shifting lane by lane)
+VECTOR_SHIFTS = {dtypes.uint32: (Ops.SHR, Ops.SHL), dtypes.uint64: (Ops.SHR, Ops.SHL), dtypes.int32: (Ops.SHR,),
+                 dtypes.int64: (Ops.SHR,)}  # fmt: skip
 # int and long long overflow is undefined in C and CUDA, and compilers use that (NVRTC computed (a + a) % b of an
 # overflowing int32 a in 64 bits): data values of these types are computed in their unsigned type, where wrapping is
 # defined. Index math is not: its bounds are known, and its freedom to not wrap keeps loops and addresses fast.
@@ -212,6 +216,8 @@ class CStyleRenderer(Renderer):
             return f"({a}{self.infix[op]}{b})"
         if op is Ops.NEG and dtype.scalar != dtypes.bool:
             return f"(-{args[0]})"
+        if op in VECTOR_SHIFTS.get(dtype.scalar, ()):  # C shifts a vector lane by lane as the scalar form does
+            return f"({args[0]}{self.infix[op]}{scalars[1] or args[1]})"
         if op is Ops.MULACC and self.fuse_mulacc and dtype.scalar in (dtypes.float32, dtypes.float64):
             return f"{self.type_name(dtype)}_fma({', '.join(args)})"
         if self._libmvec(op, dtype) is not None:
