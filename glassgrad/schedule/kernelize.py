@@ -265,16 +265,20 @@ def _in_the_order_read(value: UOp, read_by: dict[UOp, set[UOp]]) -> UOp:
     return node
 
 
+REORDERING = (Ops.RESHAPE, Ops.PERMUTE)  # views that keep every element once: a narrow value under them is no larger
+
+
 def _narrowest(value: UOp) -> UOp:
     """What to store for `value`: where it is a float widened by casts (a 16-bit gradient that its reader takes as
     float32), the narrow value: half the bytes, widened again as it loads, and a matmul that reads it multiplies
-    16-bit operands (on the tensor cores) rather than float32 ones."""
+    16-bit operands (on the tensor cores) rather than float32 ones. Through reshapes and permutes only: under a
+    broadcast or a pad the narrow value would be stored larger than the cast it stands for."""
     while (
         value.op is Ops.CAST
         and dtypes.is_float(value.dtype)
         and dtypes.is_float((narrow := value.src[0]).dtype)
         and narrow.dtype.itemsize < value.dtype.itemsize
-        and (narrow.op in GroupOp.Elementwise or narrow.op in GroupOp.Movement)
+        and (narrow.op in GroupOp.Elementwise or narrow.op in REORDERING)
     ):
         value = narrow
     return value
