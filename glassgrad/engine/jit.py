@@ -25,7 +25,7 @@ from glassgrad.helpers import DEBUG, JIT
 from glassgrad.runtime.device import Buffer
 from glassgrad.tensor import Tensor
 from glassgrad.uop.ops import Ops, UOp, value_readers
-from glassgrad.uop.variable import rebind, unbound
+from glassgrad.uop.variable import rebind, unbound, values_bound
 
 R = TypeVar("R")
 
@@ -98,12 +98,7 @@ def _bound_values(args: tuple, kwargs: dict) -> dict[UOp, int]:
     """The values a call binds its Variables to: bound Variables among its arguments and in its tensors' shapes."""
     sizes = [s for t in _tensors_in(args) + _tensors_in(kwargs) for s in t.shape if isinstance(s, UOp)]
     sizes += [a for a in (*args, *kwargs.values()) if isinstance(a, UOp)]
-    found: dict[UOp, int] = {}
-    for bind in (n for s in sizes for n in s.toposort() if n.op is Ops.BIND):
-        var, value = bind.src[0], bind.src[1].arg  # (not unbind: the call's values, not the graph's use of them)
-        if found.setdefault(var, value) != value:
-            raise JitError(f"TinyJit: Variable {var.arg[0]} is bound to both {found[var]} and {value} in one call")
-    return found
+    return values_bound(sizes, "in one call (TinyJit)", JitError)
 
 
 class TinyJit(Generic[R]):

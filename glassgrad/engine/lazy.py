@@ -277,7 +277,8 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     start, before = time.perf_counter(), GlobalCounters.kernel_count
     tensors = (*tensors, *readers_of_overwritten(tensors))
     template, order = cached_template(_current_roots(tensors))
-    var_vals = bound_values(order)  # the values of the Variables bound in the graph (its kernels take them)
+    # the values of the Variables bound in the graph (its kernels take them), read where the template says sizes bind
+    var_vals = bound_values([order[i] for i in template.symbolic]) if template.symbolic else {}
     if template.realized is not None:  # no assign: straight to the buffers, no ASSIGN/KERNEL graph in between
         _run_realized(tensors, template, order, var_vals)
     else:

@@ -22,6 +22,7 @@ from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT
 from glassgrad.schedule import ScheduleItem, schedule_assigns, schedule_item
 from glassgrad.schedule.kernelize import kernelize
+from glassgrad.schedule.symbolic_shapes import symbolic_positions
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
 CACHE_SIZE = 64  # graphs remembered; a program has few shapes of graph that it realizes over and over
@@ -82,6 +83,7 @@ class Template:
     answer: Scheduled
     renaming: Renaming
     realized: Realized | None
+    symbolic: tuple[int, ...]  # positions of the movement ops whose sizes bind Variables (their values vary per call)
 
 
 # by the key's hash, computed once (hashing the key hashes every node's dtype and arg): [(key, template)]
@@ -157,7 +159,8 @@ def _template(order: list[UOp], graph: tuple[UOp, ...]) -> Template:
     where = {normalized[node]: i for i, node in enumerate(order)}
     bufs = [buf for item in answer.items for buf in item.bufs]  # a kernel kernelized earlier reads the graph's
     renaming = _renaming((*mapping.values(), *roots, *assigns, *bufs), where, order)
-    return Template(tuple(where[point] for point in mapping), answer, renaming, _realized_form(answer, where, order))
+    realized = _realized_form(answer, where, order)
+    return Template(tuple(where[point] for point in mapping), answer, renaming, realized, symbolic_positions(order))
 
 
 def _realized_form(answer: Scheduled, where: dict[UOp, int], order: list[UOp]) -> Realized | None:

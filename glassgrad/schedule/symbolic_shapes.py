@@ -12,7 +12,7 @@ from typing import Any
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import GroupOp, Ops, UOp, size_sum
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
-from glassgrad.uop.variable import SymDim, shadow_arg, unbound
+from glassgrad.uop.variable import SymDim, shadow_arg, unbound, values_bound
 
 
 def _symbolic_in(arg: Any) -> bool:
@@ -108,13 +108,15 @@ def _sizes_in(arg: Any) -> list[UOp]:
     return [arg] if isinstance(arg, UOp) else []
 
 
+def symbolic_positions(order: list[UOp]) -> tuple[int, ...]:
+    """The positions in `order` of the movement ops with a symbolic size (where bound_values looks; none in most
+    graphs, so a realize of those looks nowhere)."""
+    return tuple(i for i, node in enumerate(order) if node.op in GroupOp.Movement and _sizes_in(node.arg))
+
+
 def bound_values(order: list[UOp]) -> dict[UOp, int]:
     """Each variable bound in the sizes of these nodes' movement ops, with its value; one variable bound to two
     values is a ValueError."""
-    found: dict[UOp, int] = {}
-    for size in (u for node in order if node.op in GroupOp.Movement for u in _sizes_in(node.arg)):
-        for bind in (n for n in size.toposort() if n.op is Ops.BIND):
-            var, value = bind.src[0], bind.src[1].arg  # (not unbind: a value the engine reads, not the graph)
-            if found.setdefault(var, value) != value:
-                raise ValueError(f"Variable {var.arg[0]} is bound to both {found[var]} and {value} in one realize")
-    return found
+    return values_bound(
+        (u for node in order if node.op in GroupOp.Movement for u in _sizes_in(node.arg)), "in one realize"
+    )

@@ -11,6 +11,8 @@ Only elements below a symbolic dim's current size are ever computed or read, so 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import GroupOp, Ops, UOp, render_sint
 from glassgrad.uop.rewrite import graph_rewrite
@@ -116,6 +118,17 @@ def size_expr(size: int, dtype=dtypes.int) -> UOp:
     if isinstance(size, SymDim):
         return size.expr if size.expr.dtype == dtype else size.expr.cast(dtype)
     return UOp.const(dtype, size)
+
+
+def values_bound(sizes: Iterable[UOp], where: str, error: type[Exception] = ValueError) -> dict[UOp, int]:
+    """Each Variable bound in these sizes, with its value (the bound value itself, not the graph's use of it); one
+    bound to two values raises `error`, naming the variable, both values and `where` ("in one realize")."""
+    found: dict[UOp, int] = {}
+    for bind in (n for size in sizes for n in size.toposort() if n.op is Ops.BIND):
+        var, value = bind.src[0], bind.src[1].arg
+        if found.setdefault(var, value) != value:
+            raise error(f"Variable {var.arg[0]} is bound to both {found[var]} and {value} {where}")
+    return found
 
 
 def kernel_vars(program: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
