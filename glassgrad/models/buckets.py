@@ -3,8 +3,9 @@
 glassgrad compiles a kernel per concrete shape, so a model run on every length a text happens to have would compile
 a new set of kernels for most calls. Padding a batch's length and size up to a bucket bounds the shapes one model
 ever sees (32 lengths up to 512, 10 batch sizes up to 32), and a call whose lengths were all seen before compiles
-nothing. Symbolic shapes (a Variable for the length, bound per call) would be the other way; issue 22 allows this
-bucketing in their stead, and the models do not use them yet.
+nothing. Symbolic shapes (a Variable for the length, bound per call) are the other way: GPT-2's decode uses them
+(models/gpt2.py); the encoder keeps this bucketing, which issue 22 allows, until a symbolic start and a mean over a
+symbolic axis are supported.
 """
 
 from __future__ import annotations
