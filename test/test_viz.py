@@ -37,8 +37,11 @@ ADD_ZERO_ROW = '(UPat.var("x") + 0, lambda x: x),  # x + 0 = x'  # how the page 
 
 
 def unique_kernel_input() -> Tensor:
-    """An input whose kernels are new to this process (kernels are compiled once per process)."""
-    return Tensor(np.random.rand(3, 5).astype(np.float32)).realize() * float(np.random.rand() + 7)
+    """An input whose kernels are new to this process and to the program cache on disk (kernels are compiled once per
+    process, their specs kept across processes): its constant comes from the OS's entropy, not NumPy's global state,
+    which a test run can leave seeded (the same constant in the next run was served from the disk cache, unrecorded)."""
+    rng = np.random.default_rng()
+    return Tensor(rng.random((3, 5), dtype=np.float32)).realize() * float(rng.random() + 7)
 
 
 # ---- the recorder ----
