@@ -18,7 +18,7 @@ from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.renderer.cuda import HOPPER_CONFIGS, MATMUL_CONFIGS, CUDARenderer
 from glassgrad.renderer.cuda_simt import SimtConfig
 from glassgrad.renderer.cuda_tc import TileConfig
-from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS
+from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig
 from glassgrad.runtime import ops_cuda
 from glassgrad.uop.ops import Ops
 from helpers import needs_nvrtc
@@ -196,9 +196,12 @@ def test_float32_takes_the_simt_kernel_and_tf32_only_when_allowed():
     with pytest.raises(ValueError, match="TF32 is off"):
         get_program(ast, HOPPER, (Opt("TC", 0, tf32),))
     with Context(TF32=1):
-        config = _config(HOPPER, tensor_core_opts(ast, HOPPER))
+        config = _config(HOPPER, tensor_core_opts(ast, HOPPER))  # sm_90: warpgroup MMA, k8 a product, no transposes
+        assert isinstance(config, WgmmaConfig) and config.tf32 and config.bk == 32
+        assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in get_program(ast, HOPPER).src
+        config = _config(CUDA, tensor_core_opts(ast, CUDA))  # sm_80: mma.sync
         assert isinstance(config, TileConfig) and config.tf32
-        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in get_program(ast, HOPPER).src
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in get_program(ast, CUDA).src
         assert _kernel_key("CUDA", ast) != (key := _kernel_key("CUDA", ast)[:-1] + (0,)) and key[-1] == 0
 
 

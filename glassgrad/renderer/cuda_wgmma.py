@@ -19,6 +19,10 @@ wgmma (mma.sync reaches about 2/3 of it). Same work, different inner machinery:
   step's stage, which the next copies overwrite. `fence.proxy.async` makes the copies (ordinary writes) visible to
   the tensor cores' reads.
 
+TF32 (float32 where the user allows it) takes the same kernel with 4-byte elements: a line holds 32 k's, one
+`wgmma...m64n{BN}k8.f32.tf32.tf32` per 8, and both operands K-major (wgmma has no transpose for TF32), rounded to TF32
+on their way through registers.
+
 The epilogue is the kernel's own UOps, as in cuda_tc.py; accumulator 4j+e of a thread is the mma.sync layout of
 n8 piece j: row 16*warp + lane/4 + 8*(e/2) of its warpgroup's 64, column 8j + 2*(lane%4) + e%2.
 """
@@ -49,9 +53,24 @@ class WgmmaConfig:
     bm: int
     bn: int
     stages: int
-    bk: int = LINE // 2  # k's in a step: one 128-byte line of a K-major operand
     one_barrier: bool = False  # copies run stages-2 steps ahead, into a stage no warpgroup can still read: one barrier
     # a step, not two (stages-1 ahead, the stage the last step used, free once every warpgroup is done with it)
+    tf32: bool = False  # float32 inputs on the tensor cores as TF32 (only where the user allows it), else 16-bit ones
+
+    @property
+    def size(self) -> int:
+        """Bytes of an operand's element in shared memory."""
+        return 4 if self.tf32 else 2
+
+    @property
+    def bk(self) -> int:
+        """k's in a step: one 128-byte line of a K-major operand."""
+        return LINE // self.size
+
+    @property
+    def kstep(self) -> int:
+        """k's of one wgmma: 32 bytes of a K-major line (k16 for 16 bits, k8 for TF32)."""
+        return 32 // self.size
 
     @property
     def ahead(self) -> int:
@@ -65,7 +84,7 @@ class WgmmaConfig:
     @property
     def shared_bytes(self) -> int:
         """The stages' A and B tiles, and up to an atom's bytes to start them at a multiple of one."""
-        return self.stages * (self.bm + self.bn) * self.bk * 2 + ATOM
+        return self.stages * (self.bm + self.bn) * self.bk * self.size + ATOM
 
     @property
     def blocks_per_sm(self) -> int:
@@ -73,11 +92,11 @@ class WgmmaConfig:
         return max(1, min(2, SHARED_PER_SM // (self.shared_bytes + 1024)))
 
     def accepts(self, dtype: DType, tf32: bool) -> bool:
-        return dtype in SIXTEEN_BITS
+        return dtype == dtypes.float32 and tf32 if self.tf32 else dtype in SIXTEEN_BITS
 
     def __str__(self) -> str:
-        barrier = ", one barrier" if self.one_barrier else ""
-        return f"{self.bm}x{self.bn}x{self.bk} wgmma {self.bm // 64} warpgroups {self.stages} stages{barrier}"
+        barrier, kind = ", one barrier" if self.one_barrier else "", " tf32" if self.tf32 else ""
+        return f"{self.bm}x{self.bn}x{self.bk} wgmma{kind} {self.bm // 64} warpgroups {self.stages} stages{barrier}"
 
 
 # wgmma's configurations, in the heuristics' order of preference; on sm_90 they come before cuda_tc.py's, which stay
@@ -95,6 +114,10 @@ WGMMA_CONFIGS = (
     WgmmaConfig(256, 128, 4),
     WgmmaConfig(128, 128, 4),
     WgmmaConfig(128, 128, 4, one_barrier=True),
+    # TF32 (float32 where the user allows it): both operands K-major, rounded to TF32 on their way through registers
+    # (128 x 256 spills with a prologue, and 128 x 128 at two blocks a multiprocessor: every operand is staged)
+    WgmmaConfig(256, 128, 4, one_barrier=True, tf32=True),
+    WgmmaConfig(128, 128, 4, one_barrier=True, tf32=True),
 )
 
 WGMMA_HELPERS = [
@@ -111,16 +134,18 @@ WGMMA_HELPERS = [
 
 
 def wgmma_helper(n: int, dtype: str, trans_a: int, trans_b: int) -> str:
-    """gg_wgmma(d, a, b): d += A B for one k16 piece, A (64 x 16) and B (16 x n) given by descriptors; the trans
-    flags say which operand is MN-major. Also gg_wgmma_hold(d): tells the compiler that d is in use (the products
-    write it asynchronously, so it must stay in place between the issue and the wait)."""
+    """gg_wgmma(d, a, b): d += A B for one k piece (k16; k8 for tf32), A (64 x k) and B (k x n) given by descriptors;
+    the trans flags say which operand is MN-major (16-bit types only: TF32 reads both K-major and has none). Also
+    gg_wgmma_hold(d): tells the compiler that d is in use (the products write it asynchronously, so it must stay in
+    place between the issue and the wait)."""
     regs = n // 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     acc = ", ".join(f"%{i}" for i in range(regs))
+    k, trans = (8, "") if dtype == "tf32" else (16, f", {trans_a}, {trans_b}")
     return (
         "static inline void gg_wgmma(float* d, unsigned long long a, unsigned long long b) {"
-        f' asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; wgmma.mma_async.sync.aligned.m64n{n}k16'
-        f'.f32.{dtype}.{dtype} {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b}; }}"'
+        f' asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0; wgmma.mma_async.sync.aligned.m64n{n}k{k}'
+        f'.f32.{dtype}.{dtype} {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1{trans}; }}"'
         f' : {outs} : "l"(a), "l"(b), "r"(1) : "memory"); }}\n'
         f'static inline void gg_wgmma_hold(float* d) {{ asm volatile("" : {outs} :: "memory"); }}'
     )
@@ -147,8 +172,9 @@ class SwizzledTile(tiles.TileLayout):
         return f"gg_desc({base} + ({row0})/64*{self.bk * LINE}, {self.bk * LINE}, {ATOM})"
 
     def k_step_bytes(self) -> int:
-        """How far the next 16 k's start: 32 bytes along a K-major line, 16 lines down an MN-major tile."""
-        return 16 * 2 if self.k_major else 16 * LINE
+        """How far the next wgmma's k's start: 32 bytes along a K-major line (16 k's of 16 bits, 8 of TF32), 16 lines
+        down an MN-major tile (16-bit only)."""
+        return 32 if self.k_major else 16 * LINE
 
 
 def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaConfig, epilogue: list[UOp],
@@ -157,10 +183,10 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
     as in cuda_tc.render_matmul."""
     writer = tiles.epilogue_writer(renderer, name, epilogue)
     c = config
-    a = SwizzledTile(c.bm, c.bk, 2, k_major(mm, "A"))
-    b = SwizzledTile(c.bn, c.bk, 2, k_major(mm, "B"))
+    a = SwizzledTile(c.bm, c.bk, c.size, k_major(mm, "A", c.tf32))
+    b = SwizzledTile(c.bn, c.bk, c.size, k_major(mm, "B", c.tf32))
     room = tiles.register_room(c.threads, c.blocks_per_sm, c.bn // 2)  # beside the accumulators
-    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room)
+    copies = tiles.operand_copies(renderer, mm, operands, (a, b), c.threads, room, c.tf32)
     itype = renderer.type_name(mm.index_dtype)
     regs, stages, ahead = c.bn // 2, c.stages, f"kt + {c.ahead}"
     aligned = f"(-gg_smem(gg_shared) & {ATOM - 1})"  # the swizzle's pattern starts at a multiple of 1024 bytes
@@ -188,7 +214,7 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
         "  gg_wgmma_hold(acc);",
         "  gg_wgmma_fence();",
         "#pragma unroll",
-        f"  for (int ks = 0; ks < {c.bk // 16}; ks++)",
+        f"  for (int ks = 0; ks < {c.bk // c.kstep}; ks++)",
         f"    gg_wgmma(acc, da + ks*{a.k_step_bytes() // 16}, db + ks*{b.k_step_bytes() // 16});",
         "  gg_wgmma_commit();",
         "  gg_wgmma_wait<1>();  // this warpgroup's products of step kt-1 are done (step kt's run on)",
@@ -216,7 +242,7 @@ def render_wgmma(renderer: CStyleRenderer, name: str, mm: Matmul, config: WgmmaC
             f"tile_n*{c.bn} + j*8 + (lane%4)*2 + e%2", "acc[j*4 + e] + 0.0f", c.bm, c.bn)),
         "  }",
     ]  # fmt: skip
-    dtype = "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
+    dtype = "tf32" if c.tf32 else "bf16" if mm.dtype == dtypes.bfloat16 else "f16"
     helpers = WGMMA_HELPERS + [wgmma_helper(c.bn, dtype, a.trans, b.trans)]
     return tiles.kernel_source(renderer, writer, epilogue, operands, name, c.threads, c.blocks_per_sm, c.shared_bytes,
                          helpers, body)  # fmt: skip
