@@ -62,6 +62,15 @@ def test_changed_heuristics_search_again(fresh_cache, monkeypatch):
     assert len(fresh_cache) > first
 
 
+def test_changed_code_searches_again(fresh_cache, monkeypatch):
+    # an Opt names an action or a tile configuration by its place in the code's lists: another source, another entry
+    item, _ = small_kernel()
+    chosen = search.beam_search(item.ast, "CPU", 2)
+    assert search.cached_opts(item.ast, "CPU", 2) == chosen
+    monkeypatch.setattr(search, "source_digest", lambda: "another source")
+    assert search.cached_opts(item.ast, "CPU", 2) is None
+
+
 def test_beam_realize_gives_the_right_answer_and_a_second_run_does_not_search(fresh_cache):
     _, x = small_kernel(10, 48)
 

@@ -23,6 +23,7 @@ from glassgrad.codegen.search import actions, output_shape, reduce_size, valid
 from glassgrad.codegen.tensor_cores import tensor_core_actions
 from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import dtypes
+from glassgrad.engine.program_cache import source_digest
 from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, prod
 from glassgrad.runtime.device import Buffer, Device
 from glassgrad.uop.ops import Ops, UOp
@@ -91,7 +92,8 @@ def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
 
 def _cache_key(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:
     tf32 = "\0tf32" if TF32 else ""  # TF32 adds the tensor cores' configurations for float32 products
-    return f"{device}\0{Device[device].compiler.cache_key}\0{width}\0{heuristic}{tf32}\0{ast!r}"
+    # the source's digest: an Opt names an action or a tile configuration by its place in lists the code defines
+    return f"{source_digest()}\0{device}\0{Device[device].compiler.cache_key}\0{width}\0{heuristic}{tf32}\0{ast!r}"
 
 
 def cached_opts(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...] | None = None) -> tuple[Opt, ...] | None:
