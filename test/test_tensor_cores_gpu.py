@@ -73,6 +73,12 @@ def _every_configuration(t: Tensor, exact: torch.Tensor, tolerance: float) -> in
     return len(actions)
 
 
+def _conv(x, w, padding, **kwargs):
+    if isinstance(x, torch.Tensor):
+        return torch.nn.functional.conv2d(x, w, padding=padding, **kwargs)
+    return x.conv2d(w, padding=padding, **kwargs)
+
+
 def _gelu(x):
     return torch.nn.functional.gelu(x) if isinstance(x, torch.Tensor) else x.gelu()
 
@@ -86,6 +92,13 @@ CASES = {  # name: (dtype, input shapes, the kernel, glassgrad and torch alike) 
         F32, [(2, 12, 33, 64), (768, 50), (2, 33, 50)],
         lambda y, w, res: y.transpose(1, 2).reshape(2, 33, 768) @ w + res),
     "float32, 7 x 7 x 7": (F32, [(7, 7), (7, 7)], lambda a, b: a @ b),
+    # a convolution's windows: read along the image's rows a chunk at a time, lane by lane where a chunk crosses the
+    # padding; an odd width or a stride leaves no chunk (element by element)
+    "bfloat16, 3 x 3 convolution, padding 1": (BF16, [(2, 8, 16, 16), (16, 8, 3, 3)], lambda x, w: _conv(x, w, 1)),
+    "half, 3 x 3 convolution, padding 2, dilation 2": (
+        F16, [(3, 8, 24, 24), (16, 8, 3, 3)], lambda x, w: _conv(x, w, 2, dilation=2)),
+    "half, 3 x 3 convolution, odd width, stride 2": (
+        F16, [(2, 5, 13, 13), (16, 5, 3, 3)], lambda x, w: _conv(x, w, 1, stride=2)),
 }  # fmt: skip
 
 

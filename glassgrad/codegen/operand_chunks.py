@@ -12,9 +12,11 @@ the loaded lanes. `operand_chunk` finds that form; the renderer writes it (rende
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
 
-from glassgrad.codegen.vectorize import Vectorizer
+from glassgrad.codegen.vectorize import Vectorizer, lane_step, steps_by_lane
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
@@ -29,6 +31,8 @@ class VectorLoad:
     name: str  # lane j's value is SPECIAL f"{name}_{j}" in the lanes' values
     index: UOp
     aligned: bool  # its address is a multiple of 16 bytes (or of its size, where smaller)
+    partial: bool = False  # its guard depends on the lane (a padded window's edge): `index`'s guard says every lane
+    # is inside, and where it is false the renderer computes the chunk lane by lane
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,12 @@ def operand_chunk(value: UOp, along_k: bool, lanes: int) -> OperandChunk | None:
     read: dict[UOp, str] = {}
     for u in at.toposort():
         if u.op is Ops.LOAD and vectorizer.depends[u] and u.dtype in VECTOR_DTYPES:
-            if (first := vectorizer.contiguous(u.src[0])) is not None:
+            first, partial = vectorizer.contiguous(u.src[0]), False
+            if first is None and (first := _guarded_contiguous(vectorizer, u.src[0])) is not None:
+                partial = True
+            if first is not None:
                 read[u] = name = f"gg_v{len(loads)}"
-                loads.append(VectorLoad(name, first, _aligned(first.src[1], u.dtype.itemsize, lanes)))
+                loads.append(VectorLoad(name, first, _aligned(first.src[1], u.dtype.itemsize, lanes), partial))
     if not loads:
         return None
     values = []
@@ -71,3 +78,29 @@ def operand_chunk(value: UOp, along_k: bool, lanes: int) -> OperandChunk | None:
         lane_values = {u: UOp(Ops.SPECIAL, u.dtype, (), (f"{name}_{j}", None)) for u, name in read.items()}
         values.append(simplify(at.substitute({**lane_values, lane: lane.const_like(j)})))
     return OperandChunk(along_k, lanes, tuple(loads), tuple(values))
+
+
+def _linear_in_lane(u: UOp, vectorizer: Vectorizer) -> bool:
+    return not vectorizer.depends[u] or lane_step(u, vectorizer.lane, vectorizer.depends) is not None
+
+
+def _monotone_in_lane(guard: UOp, vectorizer: Vectorizer) -> bool:
+    """Whether the guard holds for every lane where it holds for the first and the last: an AND of comparisons of
+    values linear in the lane (each true on one side of a point), such as a padded window's edges."""
+    if not vectorizer.depends[guard]:
+        return True
+    if guard.op is Ops.AND:
+        return all(_monotone_in_lane(s, vectorizer) for s in guard.src)
+    return guard.op is Ops.CMPLT and all(_linear_in_lane(s, vectorizer) for s in guard.src)
+
+
+def _guarded_contiguous(vectorizer: Vectorizer, index: UOp) -> UOp | None:
+    """For an INDEX that lane i reads at base + i under a guard monotone in the lane, the INDEX of base guarded by
+    "every lane is inside" (the guard at the first lane and at the last), else None."""
+    idx, valid = index.src[1], index.src[2:]
+    if not valid or not steps_by_lane(idx, vectorizer.lane, vectorizer.depends):
+        return None
+    if not all(_monotone_in_lane(v, vectorizer) for v in valid):
+        return None
+    every = [vectorizer.at_lane(v, lane) for v in valid for lane in (0, vectorizer.n - 1)]
+    return index.replace(src=(index.src[0], vectorizer.at_lane_0(idx), functools.reduce(operator.and_, every)))

@@ -185,11 +185,17 @@ def _strided(value: UOp, batch: int) -> Strided | None:
     )
 
 
-def _k_fast(value: UOp, strided: Strided | None) -> bool:
+def _k_fast(value: UOp, strided: Strided | None, dtype: DType) -> bool:
+    """Whether the operand's loads move least along k (else along its rows): its tile is copied along that axis. Where
+    both move by one element (a convolution's window: along k within a row of the kernel, along the rows within a row
+    of the image), the axis along which a chunk of it is read side by side."""
     steps = (strided.row_stride, strided.k_stride) if strided is not None else _load_steps(value)
     if steps is None:
         return True
     row, k = (abs(s) for s in steps)
+    if strided is None and row == k == 1:
+        lanes = 16 // dtype.itemsize
+        return operand_chunk(value, True, lanes) is not None or operand_chunk(value, False, lanes) is None
     return k == 1 or row != 1 and k <= row
 
 
@@ -260,9 +266,9 @@ def match_matmul(ast: UOp) -> Matmul | None:
     same = a_value.dtype == b_value.dtype and a_value.dtype in TC_DTYPES
     dtype = a_value.dtype if same else dtypes.float32
     a, b = (
-        Operand(v if v.dtype == dtype else v.cast(dtype), rows, st, _k_fast(v, st))
-        for v, rows in ((a_value, m), (b_value, n))
-        for st in [_strided(v, len(batch_axes)) if v.dtype == dtype else None]
+        Operand(v, rows, st, _k_fast(v, st, dtype))
+        for v, rows in ((x if x.dtype == dtype else x.cast(dtype), rows) for x, rows in ((a_value, m), (b_value, n)))
+        for st in [_strided(v, len(batch_axes))]
     )
     mm = Matmul(reduce, dtype, batch_axes, m_axes, n_axes, k_axes, tuple(shape[x] for x in batch_axes), m, n, k, a, b,
                 idx)  # fmt: skip

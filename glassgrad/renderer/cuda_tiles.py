@@ -228,21 +228,24 @@ class OperandCopy:
         if self.mode == "element":
             return [f"{into} = {self._zero()};", f"{{ {position}", *self._element(into), "}"]
         ch, rows, k = self.chunk, self.operand.rows, self.k
-        if not self.edges:
-            position = position.replace("gg_r", "at_r").replace("gg_k", "at_k")
-            lanes = [f"lane{j}" for j in range(ch)]
-            return [f"{{ {position}", f"  {self.value_type} {', '.join(lanes)};",
-                    *("  " + line for line in self._vector()), f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
-        full = f"at_r < {rows} && at_k + {ch} <= {k}" if self.contiguous_k else f"at_k < {k} && at_r + {ch} <= {rows}"
+        position = position.replace("gg_r", "at_r").replace("gg_k", "at_k")  # the chunk's first element
         lanes = [f"lane{j}" for j in range(ch)]
-        edge = []  # a chunk across the operand's edge: lane by lane, each inside or zero
+        addresses, partial = self._addresses()
+        if not self.edges and not partial:
+            body = [*addresses.lines, *self._vector(addresses)]
+            return [f"{{ {position}", f"  {self.value_type} {', '.join(lanes)};", *("  " + line for line in body),
+                    f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
+        # a chunk across the operand's edge, or one whose loads some lanes must not read (a padded window's edge):
+        # lane by lane, each inside or zero
+        full = [f"at_r < {rows} && at_k + {ch} <= {k}" if self.contiguous_k else f"at_k < {k} && at_r + {ch} <= {rows}"]
+        edge = []
         for j, lane in enumerate(lanes):
             at = ("at_r", f"at_k + {j}") if self.contiguous_k else (f"at_r + {j}", "at_k")
             edge += [f"{{ const int gg_r = {at[0]}, gg_k = {at[1]};", *self._element(lane), "}"]
-        position = position.replace("gg_r", "at_r").replace("gg_k", "at_k")  # the chunk's first element
         return [f"{{ {position}", f"  {self.value_type} {', '.join(f'{x} = {self._zero()}' for x in lanes)};",
-                f"  if ({full}) {{", *("    " + line for line in self._vector()), "  } else {",
-                *("    " + line for line in edge), "  }", f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
+                *("  " + x for x in addresses.lines), f"  if ({' && '.join(full[: self.edges] + partial)}) {{",
+                *("    " + line for line in self._vector(addresses)), "  } else {", *("    " + line for line in edge),
+                "  }", f"  {into} = {self._pack(lanes)};", "}"]  # fmt: skip
 
     def _zero(self) -> str:
         return "0.0f" if self.value_type == "float" else f"({self.value_type})0"
@@ -253,13 +256,21 @@ class OperandCopy:
         return [f"  if ({inside}) {{", *("  " + x for x in self.element.lines),
                 f"    {into} = {self.element.value};", "  }"]  # fmt: skip
 
-    def _vector(self) -> list[str]:
-        """A whole chunk of the prologue (lane0 ...): its inputs' vector loads, then each lane's value."""
+    def _addresses(self) -> tuple[EpilogueWriter, list[str]]:
+        """The chunk's vector loads' addresses and guards (its lines start with the chunk's position), and the guards
+        that say every lane of a partial load is inside."""
         prologue, chunk = self.prologue, self.prologue.chunk
         addresses = epilogue_writer(self.renderer, "addresses", prologue.addresses)
-        values = epilogue_writer(self.renderer, "lanes", prologue.lanes)
         along = "at_k" if chunk.along_k else "at_r"
-        lines = [f"const int gg_r = at_r, gg_k = at_k, gg_q = {along}/{chunk.lanes};", *addresses.lines]
+        addresses.lines.insert(0, f"const int gg_r = at_r, gg_k = at_k, gg_q = {along}/{chunk.lanes};")
+        partial = [addresses.names[prologue.names[f"gate{i}"]] for i, load in enumerate(chunk.loads) if load.partial]
+        return addresses, partial
+
+    def _vector(self, addresses: EpilogueWriter) -> list[str]:
+        """A whole chunk of the prologue (lane0 ...): its inputs' vector loads, then each lane's value."""
+        prologue, chunk = self.prologue, self.prologue.chunk
+        values = epilogue_writer(self.renderer, "lanes", prologue.lanes)
+        lines = []
         for i, load in enumerate(chunk.loads):
             dtype = load.index.dtype.base
             nbytes, buffer = chunk.lanes * dtype.itemsize, addresses.names[load.index.src[0]]
