@@ -326,7 +326,9 @@ def _transposed_convolve(x: Tensor, weight: Tensor, bias: Tensor | None, stride:
     spread = spread.shrink((None, None, *((0, (n - 1) * s + 1) for n, s in zip(sizes, stride, strict=True))))
     # weight (C_in, C_out / g, *k) -> (C_out, C_in / g, *k), each kernel flipped
     w = weight.reshape(groups, channels // groups, weight.shape[1], *kernel).transpose(1, 2)
-    w = w.reshape(weight.shape[1] * groups, channels // groups, *kernel).flip(*range(2, 2 + nd))
+    # the flipped weight gets a buffer of its own (a kernel's size, tiny beside the product): read through the flip,
+    # no chunk of it is contiguous and a tiled product copies it element by element
+    w = w.reshape(weight.shape[1] * groups, channels // groups, *kernel).flip(*range(2, 2 + nd)).contiguous()
     if any(s > 1 for s in stride) or any(before > 0 or after > 0 for before, after in pads):
         spread, pads = spread.pad(((0, 0), (0, 0), *pads)).contiguous(), [(0, 0)] * nd
     return _convolve(spread, w, bias, (1,) * nd, pads, dilation, groups, op)
