@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 from glassgrad.dtype import FP8_FORMATS, STORED_AS_BITS, DType, PtrDType, dtypes
+from glassgrad.helpers import host_cache_bytes
 from glassgrad.renderer import Renderer
 from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -531,6 +532,7 @@ class CRenderer(CStyleRenderer):
     vector_lanes = (2, 4, 8, 16)
     packs_panels = True
     buffers_windows = True
+    cache_bytes = host_cache_bytes(2) // 2  # half of a core's L2: the rest holds the outputs and the other loads
 
     def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
                           scalars: list[str | None]) -> str:  # fmt: skip

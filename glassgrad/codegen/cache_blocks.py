@@ -1,0 +1,49 @@
+"""Cache blocking of a contraction's reduction on a CPU: the CHUNK action the heuristics choose.
+
+A register block of outputs sums over the whole reduction before the next block starts, so every block reads its
+stripe of each operand from the first term to the last. Where the operands over the whole reduction outgrow the
+cache (a weight gradient dW = X.T @ dY sums over 1024 tokens of X's 1536 features: 6 MB), each block reads them
+from memory, and where the reduction is the operands' outer axis (rows 6 KB apart) no prefetcher follows the reads.
+CHUNK(axis, n) sums n terms at a time into the output, every block over one chunk before the next chunk: the chunk's
+rows of both operands stay in cache while all the blocks read them (X.T @ dY above, one thread: 16 -> 9 ms).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from glassgrad.codegen.opt import Opt, chunkable, main_reduce
+from glassgrad.helpers import prod
+from glassgrad.uop.ops import UOp
+
+if TYPE_CHECKING:
+    from glassgrad.codegen.heuristics import Access
+
+MIN_CHUNK_TERMS = 64  # terms a chunk sums at least: each chunk reads and writes the outputs once more
+
+
+def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], cache_bytes: int) -> Opt | None:
+    """CHUNK of the outermost reduced axis of a contraction whose operands, over the whole reduction, outgrow
+    `cache_bytes` (the renderer's share of a core's cache; 0: none): the longest chunk whose rows fit in it. None for
+    a kernel whose sum is not stored as it is, or whose loads no output block shares (a row sum: nothing is read
+    twice), or where the whole reduction fits."""
+    reduce = main_reduce(ast)
+    if not cache_bytes or reduce is None or not chunkable(ast):
+        return None
+    shape, full = ast.src[0].src[1].arg.shape, reduce.src[0].shape
+    loads = [acc for acc in accesses if not acc.is_store]
+    if not any(acc.steps.get(a, 0) == 0 for acc in loads for a in range(len(shape)) if shape[a] > 1):
+        return None
+    loops = {len(shape) + i: a for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
+    sizes = {**dict(enumerate(shape)), **{loop: full[a] for loop, a in loops.items()}}
+    outer = min(loops)  # the outermost reduced axis: its chunks are the largest parts of the reduction
+    row_bytes = reduce.dtype.itemsize * sum(prod(s for loop, s in sizes.items() if loop != outer
+                                                 and acc.steps.get(loop, 0) != 0) for acc in loads)  # fmt: skip
+    size, unroll = full[loops[outer]], next((o.amount for o in opts if o.op == "UNROLL" and o.axis == loops[outer]), 1)
+    if size * row_bytes <= cache_bytes:
+        return None
+    inner_terms = prod(full[a] for a in reduce.arg[1]) // size
+    fits = [n for n in range(unroll, size, unroll) if size % n == 0 and n * row_bytes <= cache_bytes]
+    if not fits or fits[-1] * inner_terms < MIN_CHUNK_TERMS:
+        return None
+    return Opt("CHUNK", loops[outer], fits[-1])
