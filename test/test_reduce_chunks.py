@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import glassgrad.runtime.ops_cpu as ops_cpu
 from glassgrad import Device, Tensor
 from glassgrad.codegen import get_program, kernel_name
 from glassgrad.codegen.heuristics import hand_coded_opts
@@ -15,6 +14,7 @@ from glassgrad.codegen.opt import Opt, main_reduce
 from glassgrad.codegen.search import actions, valid
 from glassgrad.engine.realize import buffer_of, run_schedule
 from glassgrad.renderer.cuda import CUDARenderer
+from test_opt_actions import run as run_with_opts
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU's own actions, whatever the default device
 
@@ -72,23 +72,11 @@ def contraction(name, device="CPU"):
 
 
 def run(item, opts, threads=1, device="CPU") -> np.ndarray:
-    """The kernel compiled with exactly these opts and run (its output buffer filled with NaN first, so a chunk that
-    read what it had not written would show)."""
-    dev = Device[device]
-    spec = get_program(item.ast, dev.renderer, tuple(opts))
-    program = dev.load(spec.name, spec.src)
-    bufs = [buffer_of(b).ensure_allocated() for b in item.bufs]
-    bufs[0].copyin(np.full(bufs[0].size, np.nan, np.float32).tobytes())
-    if device == "PYTHON":
-        program(*(b.handle for b in bufs))
-    else:
-        old = ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S
-        ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = threads, -1.0  # split however small
-        try:
-            program(*(b.handle for b in bufs), global_size=spec.global_size)
-        finally:
-            ops_cpu.THREADS, ops_cpu.THREADING_THRESHOLD_S = old
-    return np.frombuffer(bufs[0].as_bytes(), dtype=np.float32).copy()
+    """The kernel compiled with exactly these opts and run, its output buffer filled with NaN first (a chunk that read
+    what no chunk had written would show)."""
+    out = buffer_of(item.bufs[0]).ensure_allocated()
+    out.copyin(np.full(out.size, np.nan, np.float32).tobytes())
+    return run_with_opts(item, opts, threads, device)
 
 
 def chunks(item) -> list[Opt]:
