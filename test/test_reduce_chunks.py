@@ -10,10 +10,11 @@ import torch
 from glassgrad import Device, Tensor
 from glassgrad.codegen import get_program, kernel_name
 from glassgrad.codegen.heuristics import hand_coded_opts
-from glassgrad.codegen.opt import Opt, main_reduce
+from glassgrad.codegen.opt import Opt, chunkable, main_reduce
 from glassgrad.codegen.search import actions, valid
 from glassgrad.engine.realize import buffer_of, run_schedule
 from glassgrad.renderer.cuda import CUDARenderer
+from glassgrad.uop import Ops
 from test_opt_actions import run as run_with_opts
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # the CPU's own actions, whatever the default device
@@ -218,3 +219,17 @@ def test_heuristic_chunks_keep_forward_and_backward_values(monkeypatch):
     spec = get_program(item.ast, Device["CPU"].renderer)
     assert any(o.op == "CHUNK" for o in spec.opts)
     close(run(item, spec.opts, threads=2), tw.grad.numpy(), spec.opts)
+
+
+def test_chunk_is_refused_where_the_kernel_reads_the_buffer_it_stores_into():
+    """A sum stored into a buffer it reads (an assign in place, a.T @ b into a): later chunks would read what earlier
+    ones stored. The kernel of a.T @ b with its store pointed at a's buffer takes no CHUNK."""
+    item, _ = contraction("a_T_b_odd")
+    store = item.ast.src[0]
+    read = next(n.src[0] for n in item.ast.toposort() if n.op is Ops.LOAD)
+    in_place = item.ast.substitute({store: store.replace(src=(read, *store.src[1:]))})
+    reduced = main_reduce(in_place).arg[1][0]
+    assert chunkable(item.ast) and not chunkable(in_place)
+    assert not any(o.op == "CHUNK" for o in actions(in_place)) and not valid(in_place, (Opt("CHUNK", reduced, 9),))
+    with pytest.raises(ValueError, match="stores a sum as it is"):
+        get_program(in_place, Device["CPU"].renderer, (Opt("CHUNK", reduced, 9),))

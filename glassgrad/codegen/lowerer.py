@@ -385,7 +385,8 @@ def _chunked_axes(ast: UOp, opts: tuple[Opt, ...]) -> dict[int, int]:
     found: dict[int, int] = {}
     for o in (o for o in opts if o.op == "CHUNK"):
         if not chunkable(ast):
-            raise ValueError(f"{o}: only a kernel that stores a sum as it is takes CHUNK (its chunks add into it)")
+            raise ValueError(f"{o}: only a kernel that stores a sum as it is, into a buffer it does not read, takes "
+                             "CHUNK (its chunks add into it)")  # fmt: skip
         reduce = main_reduce(ast)
         if o.axis not in reduce.arg[1] or o.axis in found:
             raise ValueError(f"{o}: axis {o.axis} is not a reduced axis of the kernel's sum, or is chunked already")

@@ -48,8 +48,11 @@ def main_reduce(ast: UOp) -> UOp | None:
 
 def chunkable(ast: UOp) -> bool:
     """Whether a kernel may take CHUNK: it stores its main reduction, a sum, as it is (chunks add into the output),
-    or through a view (a view is linear: each chunk's part of it adds up to the whole)."""
+    or through a view (a view is linear: each chunk's part of it adds up to the whole), and reads nothing of the
+    buffer it stores into (an assign in place: later chunks would read what earlier ones stored)."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE or len(ast.src[0].src) != 3:  # (4 sources: a scatter)
+        return False
+    if any(n.op is Ops.LOAD and n.src[0] is ast.src[0].src[0] for n in ast.toposort()):
         return False
     reduce = ast.src[0].src[2]
     while reduce.op is Ops.VIEW:
