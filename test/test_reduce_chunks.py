@@ -191,6 +191,19 @@ def test_heuristics_chunk_a_weight_gradient_that_outgrows_the_cache():
     assert not any(o.op == "CHUNK" for o in hand_coded_opts(item.ast, lanes))  # a renderer with no cache to block for
 
 
+def test_a_load_that_stays_put_along_the_sum_takes_no_room_in_a_chunk():
+    """A bias added to dY inside the weight gradient's kernel is read once for all terms: the chunk is as long as
+    without it (64 rows of 1536 bytes fill 96 KB; were the bias a row of its own, 1792 bytes, 32 would)."""
+    x = Tensor(rng.standard_normal((512, 320)).astype(np.float32))
+    dy = Tensor(rng.standard_normal((512, 64)).astype(np.float32))
+    bias = Tensor(rng.standard_normal(64).astype(np.float32)).realize()
+    item = (x.T @ (dy.realize() + bias)).schedule()[-1]
+    loads = [n for n in item.ast.toposort() if n.op is Ops.LOAD]
+    assert len(loads) == 3  # x, dy and the bias, in the one kernel
+    opts = hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes, cache_bytes=96 << 10)
+    assert [o for o in opts if o.op == "CHUNK"] == [Opt("CHUNK", main_reduce(item.ast).arg[1][0], 64)]
+
+
 def test_heuristics_leave_a_small_contraction_a_forward_matmul_and_a_row_sum_unchunked():
     lanes = Device["CPU"].renderer.vector_lanes
     small = weight_gradient(32, 320, 16)

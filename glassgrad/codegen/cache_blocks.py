@@ -41,11 +41,9 @@ def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], cache_bytes: in
     loops = {len(shape) + i: a for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
     sizes = {**dict(enumerate(shape)), **{loop: full[a] for loop, a in loops.items()}}
     outer = min(loops)  # the outermost reduced axis: its chunks are the largest parts of the reduction
-    if not any(acc.steps.get(outer) is None or abs(acc.steps[outer]) * reduce.dtype.itemsize >= STRIDED_BYTES
-               for acc in loads if acc.steps.get(outer, 0) != 0):  # fmt: skip
+    if not _far_apart(loads, outer, reduce.dtype.itemsize):
         return None
-    row_bytes = reduce.dtype.itemsize * sum(prod(s for loop, s in sizes.items() if loop != outer
-                                                 and acc.steps.get(loop, 0) != 0) for acc in loads)  # fmt: skip
+    row_bytes = _bytes_a_term(loads, sizes, outer, reduce.dtype.itemsize)
     size, unroll = full[loops[outer]], next((o.amount for o in opts if o.op == "UNROLL" and o.axis == loops[outer]), 1)
     if size * row_bytes <= cache_bytes:
         return None
@@ -55,3 +53,17 @@ def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], cache_bytes: in
     if not fits or fits[-1] * inner_steps < MIN_CHUNK_STEPS:
         return None
     return Opt("CHUNK", loops[outer], fits[-1])
+
+
+def _far_apart(loads: list[Access], loop: int, itemsize: int) -> bool:
+    """Whether some load steps STRIDED_BYTES or more per iteration of the loop (or moves along it otherwise)."""
+    moving = [acc.steps.get(loop) for acc in loads if acc.steps.get(loop, 0) != 0]
+    return any(step is None or abs(step) * itemsize >= STRIDED_BYTES for step in moving)
+
+
+def _bytes_a_term(loads: list[Access], sizes: dict[int, int], loop: int, itemsize: int) -> int:
+    """Bytes the loads that move along `loop` read over all the other loops for one iteration of it: a row of each
+    operand (a bias added to an operand stays put: no part of a chunk)."""
+    moving = [acc for acc in loads if acc.steps.get(loop, 0) != 0]
+    return itemsize * sum(prod(s for other, s in sizes.items() if other != loop and acc.steps.get(other, 0) != 0)
+                          for acc in moving)  # fmt: skip
