@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pathlib
 import sys
 import weakref
 from collections.abc import Iterable
@@ -64,6 +65,19 @@ TRAINING = ContextVar("TRAINING", 0)  # Tensor.training: dropout drops, batchnor
 
 L2_BUDGET = 1 << 20  # bytes of one operand a kernel may keep in cache: half of a 2 MiB L2 (the CPU kernels' tiles, a
 # large matmul's packed panels, a batch summed in parts)
+
+
+def host_cache_bytes(level: int = 2, default: int = 2 << 20) -> int:
+    """Bytes of the host's data cache of one core at `level`, as Linux's sysfs reports it; `default` elsewhere."""
+    units = {"K": 1 << 10, "M": 1 << 20}
+    for index in sorted(pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if int((index / "level").read_text()) == level and (index / "type").read_text().strip() != "Instruction":
+                size = (index / "size").read_text().strip()
+                return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        except (OSError, ValueError):
+            continue
+    return default
 
 
 def getenv(key: str, default: Any = 0) -> Any:

@@ -74,3 +74,15 @@ def test_a_vector_relu_is_rendered_as_whole_vector_ops():
         (item,) = Tensor(values(dtypes.float32, 64, 0)).realize().relu().schedule()
     src = get_program(item.ast, Device["CPU"].renderer, (Opt("UPCAST", 0, 16),)).src
     assert "__builtin_convertvector" in src and "[15]" not in src  # no lane written out on its own
+
+
+def test_a_select_widens_its_mask_as_signed_bytes():
+    """GCC 12 moves a bool vector's lanes one by one (16 byte moves and inserts a select) when it zero-extends the
+    mask a comparison just narrowed; negated as signed bytes and sign-extended, it stays a few vector instructions."""
+    from glassgrad import Device
+    from glassgrad.codegen import get_program
+
+    with Context(NOOPT=1):
+        (item,) = (Tensor(values(dtypes.float32, 64, 0)).realize() < 1).where(2.0, 3.0).schedule()
+    src = get_program(item.ast, Device["CPU"].renderer, (Opt("UPCAST", 0, 16),)).src
+    assert "__builtin_convertvector(-(gg_signed_charx16)" in src

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from glassgrad.codegen.checks import checks_of, keep_dropped_checks, passed_checks, record_failures
 from glassgrad.codegen.gather import collapse_gathers
-from glassgrad.codegen.heuristics import hand_coded_opts
+from glassgrad.codegen.heuristics import renderer_opts
 from glassgrad.codegen.linearize import linearize
 from glassgrad.codegen.lowerer import check_kernel_ast, lower_kernel, scatter_store
 from glassgrad.codegen.opt import THREAD_OPS, Opt, main_reduce
@@ -45,13 +45,11 @@ def choose_opts(ast: UOp, renderer: Renderer | None = None) -> tuple[Opt, ...]:
     if NOOPT:
         return ()
     if symbolic := symbolic_axes(ast):  # a symbolic loop runs whole: no action splits a size it does not know
-        opts = () if renderer is None else hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local)
+        opts = () if renderer is None else renderer_opts(ast, renderer)
         return tuple(o for o in opts if o.axis not in symbolic)
     if tensor_cores := tensor_core_opts(ast, renderer):  # a matrix product of floats, on a renderer with tiles
         return tensor_cores
-    if renderer is None:
-        return tuple(hand_coded_opts(ast))
-    return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
+    return tuple(renderer_opts(ast, renderer))
 
 
 def symbolic_axes(ast: UOp) -> set[int]:
@@ -73,6 +71,8 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, opts: tuple
     if (thread_opts := [o for o in opts if o.op in THREAD_OPS]) and not (renderer is not None and renderer.has_local):
         where = f"{renderer.device} has none" if renderer is not None and renderer.device else "no device was given"
         raise ValueError(f"{thread_opts} need blocks of threads (a GPU's); {where}")
+    if (chunks := [o for o in opts if o.op == "CHUNK"]) and renderer is not None and renderer.has_local:
+        raise ValueError(f"{chunks}: a GPU's blocks would add into one output at once; CHUNK is for a CPU's loops")
     vector_lanes = renderer.vector_lanes if renderer is not None else ()
     atomics = renderer is not None and renderer.atomic_adds
     lowered, simplify = lower_kernel(ast, opts, vector_lanes, atomics), symbolic + collapse_gathers + passed_checks
@@ -89,8 +89,8 @@ NAME_COLORS = {"tile": ("cyan", False), "loop": ("blue", False), "LOCAL": ("blue
 
 
 def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
-    """The sizes a kernel's name lists, each with its kind: loops first, then a block's LOCAL threads, reduce loops
-    (each thread's share), a GROUP's threads, then lanes."""
+    """The sizes a kernel's name lists, each with its kind: loops first (TILE's and CHUNK's outer loops first of all),
+    then a block's LOCAL threads, reduce loops (each thread's share), a GROUP's threads, then lanes."""
     shape = list(ast.src[0].src[1].arg.shape)
     tiles, lanes, local = [], [], []
     for o in opts:
@@ -103,12 +103,15 @@ def name_parts(ast: UOp, opts: tuple[Opt, ...] = ()) -> list[tuple[int, str]]:
     main = main_reduce(ast)
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     group = {o.axis: o.amount for o in opts if o.op == "GROUP"}
+    chunk = {o.axis: o.amount for o in opts if o.op == "CHUNK"}
+    if main is not None:  # a CHUNK's loop is an outer one too
+        tiles += [(main.src[0].shape[a] // n, "tile") for a, n in chunk.items()]
     reduces = []
     for node in ast.toposort():
         if node.op is Ops.REDUCE_AXIS:
             for a in node.arg[1]:
                 amount, threads = (unroll.get(a, 1), group.get(a, 1)) if node is main else (1, 1)
-                size = node.src[0].shape[a]
+                size = chunk[a] if node is main and a in chunk else node.src[0].shape[a]
                 reduces.append((size if isinstance(size, SymDim) else -(-size // amount // threads), "reduce"))
     lanes += [(o.amount, "UNROLL") for o in opts if o.op == "UNROLL"]
     parts = (

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from glassgrad.codegen.cache_blocks import chunk_opt
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.lowerer import lower_kernel, scatter_store
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import L2_BUDGET, prod
+from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import graph_rewrite
 from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
@@ -159,11 +161,13 @@ def _upcast_amount(size: int, room: int, widest: int = 8) -> int:
     return next((a for a in choices if size % a == 0 and 1 < a <= room), 1)
 
 
-def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: bool = False) -> list[Opt]:
+def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: bool = False, cache_bytes: int = 0
+                    ) -> list[Opt]:  # fmt: skip
     """A vector UPCAST of the innermost output axis where memory allows it; for reductions, UPCAST the output axes
     along which some input is constant (each value loaded once, used many times: a register-blocked matmul), UNROLL
     short reduced axes, and for a plain reduction UNROLL its innermost axis (as vector lanes where it is contiguous).
-    With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it."""
+    With blocks of threads (`has_local`, a GPU), a kernel with few outputs and a long reduction GROUPs it; without,
+    a contraction whose operands outgrow `cache_bytes` (Renderer.cache_bytes) sums its reduction in CHUNKs."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
     if scatter_store(ast.src[0]):  # vector lanes where its rows are contiguous; a GPU's threads take an element each
@@ -177,7 +181,10 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         opts = _threads_keep_their_row(ast, opts, accesses)
     if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses)) is not None:
         return [lanes]
-    if not has_local or (reduce := main_reduce(ast)) is None:
+    if not has_local:
+        chunk = chunk_opt(ast, opts, accesses, cache_bytes)
+        return opts if chunk is None else [*opts, chunk]
+    if (reduce := main_reduce(ast)) is None:
         return opts
     live = _live_loops(sink)  # only a GPU's blocks ask which loops survive simplification
     if not any(_block(ast, reduce, opts, accesses, live)):
@@ -199,6 +206,13 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
         if blocks >= least or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
             return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
         opts.remove(upcasts[-1])  # too few blocks to fill the GPU: fewer outputs a block, more blocks
+
+
+def renderer_opts(ast: UOp, renderer: Renderer | None) -> list[Opt]:
+    """hand_coded_opts for what a renderer declares: its vectors, its blocks of threads, its cache."""
+    if renderer is None:
+        return hand_coded_opts(ast)
+    return hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local, renderer.cache_bytes)
 
 
 def _threads_keep_their_row(ast: UOp, opts: list[Opt], accesses: list[Access]) -> list[Opt]:

@@ -7,7 +7,7 @@ import itertools
 import operator
 from collections.abc import Callable
 
-from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, chunkable, main_reduce
 from glassgrad.dtype import DType, PtrDType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -114,11 +114,12 @@ class Lowerer:
 
     def __init__(self, first_free_axis: int, unroll: dict[int, int] | None = None, unrolled: UOp | None = None,
                  idx_dtype: DType = IDX, vector_unroll: int | None = None,
-                 group: dict[int, UOp] | None = None):  # fmt: skip
+                 group: dict[int, UOp] | None = None, chunks: dict[int, tuple[UOp, int]] | None = None):  # fmt: skip
         self.next_axis, self.idx_dtype = first_free_axis, idx_dtype
         self.unroll, self.unrolled = unroll or {}, unrolled  # UNROLL and GROUP act on the loops of one REDUCE_AXIS
         self.group = group or {}  # a reduced axis -> the thread variable of the GROUP that shares its loop
         self.vector_unroll = vector_unroll  # the reduced axis whose unrolled lanes are vector lanes, if any
+        self.chunks = chunks or {}  # a reduced axis a CHUNK splits -> (the chunks' loop, iterations a chunk)
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.reduce_ranges: dict[UOp, dict[int, UOp]] = {}
 
@@ -171,13 +172,17 @@ class Lowerer:
     def _unroll(self, node: UOp, axis: int) -> int:
         return self.unroll.get(axis, 1) if node is self.unrolled else 1
 
+    def _chunk_length(self, node: UOp, axis: int) -> int:
+        """The iterations of a reduced axis's loop: a CHUNK's length, or the whole axis."""
+        return self.chunks[axis][1] if node is self.unrolled and axis in self.chunks else node.src[0].shape[axis]
+
     def _ranges_of(self, node: UOp) -> dict[int, UOp]:
         """One loop per reduced axis of a REDUCE_AXIS node, shared by every place the node is lowered, so that
         reductions evaluated at several output positions (upcast lanes) run in one loop."""
         if node not in self.reduce_ranges:
             ranges = {}
             for axis in node.arg[1]:
-                size = node.src[0].shape[axis]
+                size = self._chunk_length(node, axis)
                 if isinstance(size, SymDim) and (self._unroll(node, axis) > 1 or self.group.get(axis) is not None):
                     raise ValueError(f"reduced axis {axis} has the symbolic size {size!r}; no action splits it")
                 if size % self._unroll(node, axis):
@@ -212,6 +217,9 @@ class Lowerer:
                 amount = self._unroll(node, axis)
                 offset = lane if axis == vector_axis else k
                 inner[axis] = ranges[axis] * amount + offset if amount > 1 else ranges[axis]
+                if node is self.unrolled and axis in self.chunks:  # the chunk's first term, plus the step within it
+                    chunk, length = self.chunks[axis]
+                    inner[axis] = chunk * length + inner[axis]
             lanes.append(self.value(src, tuple(inner)))
         value = combine_tree(op, lanes)
         loops = [r for r in ranges.values() if r.op is Ops.RANGE]
@@ -293,10 +301,12 @@ class OutputLoops:
 
     Each axis starts as one loop of stride 1. UPCAST(a, n) takes its innermost n steps as lanes (the loop keeps
     size/n, stride*n). TILE(a, n) keeps n iterations in the axis's loop and moves the rest into an outer loop that
-    runs before every other output loop: threads split it, and each tile's inputs stay in cache."""
+    runs before every other output loop: threads split it, and each tile's inputs stay in cache. A CHUNK's loop over
+    the chunks of a reduced axis (`chunks`: axis -> how many) comes just inside the first loop threads split."""
 
     def __init__(self, shape: tuple[int, ...], opts: tuple[Opt, ...], vector: Opt | None, idx_dtype: DType,
-                 threads: list[UOp | None] | None = None, sequential: int | None = None):  # fmt: skip
+                 threads: list[UOp | None] | None = None, sequential: int | None = None,
+                 chunks: dict[int, int] | None = None):  # fmt: skip
         self.main = [(size, 1) for size in shape]
         tiles: list[tuple[int, int, int]] = []  # (axis, size, stride)
         self.lanes: list[tuple[int, int, int, Opt]] = []  # (axis, amount, stride, opt)
@@ -325,11 +335,17 @@ class OutputLoops:
             if any(axis == sequential for axis, _, _ in tiles):
                 raise ValueError(f"TILE({sequential}, ...): the scatter's axis {sequential} runs in one loop here")
             loops.sort(key=lambda loop: loop[0] == sequential)  # (a stable sort: the others keep their order)
-        self.ranges = [(axis, make_range(i, size, idx_dtype), stride) for i, (axis, size, stride) in enumerate(loops)]
+        chunks = chunks or {}
+        at = _chunks_at(loops, chunks)
+        args = [*range(at), *range(at + len(chunks), len(loops) + len(chunks))]  # the chunks' loops take at, at+1, ..
+        self.ranges = [
+            (axis, make_range(arg, size, idx_dtype), stride) for arg, (axis, size, stride) in zip(args, loops)
+        ]
+        self.chunk_loops = {axis: make_range(at + j, n, idx_dtype) for j, (axis, n) in enumerate(chunks.items())}
         self.vector = vector
         self.vector_lane = lane_var(vector.amount, idx_dtype) if vector is not None and vector.op == "UPCAST" else None
-        self.n_ranges = len(loops)
-        self.n_loops = len(loops) - (sequential is not None)  # the loops whose iterations write apart
+        self.n_ranges = len(loops) + len(self.chunk_loops)
+        self.n_loops = self.n_ranges - (sequential is not None)  # the loops whose iterations write apart
 
     def indices(self) -> list[tuple[UOp, ...]]:
         """The output index of each axis, once per combination of scalar lanes (the vector lane stays a variable)."""
@@ -351,6 +367,35 @@ class OutputLoops:
                 terms[axis].append(terms[axis][0].const_like(lane * stride))
             result.append(tuple(functools.reduce(operator.add, t) for t in terms))
         return result
+
+
+def _chunks_at(loops: list[tuple[int, int, int]], chunks: dict[int, int]) -> int:
+    """Where CHUNK loops go among the output loops: just inside the first that has iterations (threads split that
+    one; each thread's outputs then take every chunk in turn, and no two threads add into one output)."""
+    if not chunks:
+        return len(loops)
+    first = next((i for i, (_, size, _) in enumerate(loops) if size > 1), None)
+    if first is None:
+        raise ValueError(f"CHUNK of reduced axes {sorted(chunks)}: the kernel has no output loop for threads to split")
+    return first + 1
+
+
+def _chunked_axes(ast: UOp, opts: tuple[Opt, ...]) -> dict[int, int]:
+    """Each reduced axis a CHUNK splits into more than one chunk, with the chunk's length."""
+    found: dict[int, int] = {}
+    for o in (o for o in opts if o.op == "CHUNK"):
+        if not chunkable(ast):
+            raise ValueError(f"{o}: only a kernel that stores a sum as it is, into a buffer it does not read, takes "
+                             "CHUNK (its chunks add into it)")  # fmt: skip
+        reduce = main_reduce(ast)
+        if o.axis not in reduce.arg[1] or o.axis in found:
+            raise ValueError(f"{o}: axis {o.axis} is not a reduced axis of the kernel's sum, or is chunked already")
+        size = reduce.src[0].shape[o.axis]
+        if isinstance(size, SymDim) or o.amount < 1 or size % o.amount:
+            raise ValueError(f"{o} does not divide reduced axis {o.axis} of size {size!r} into chunks")
+        if o.amount < size:
+            found[o.axis] = o.amount
+    return found
 
 
 def check_kernel_ast(ast: object, caller: str) -> None:
@@ -384,11 +429,14 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, 
     vector = vector_opt(opts, vector_lanes)
     threads = thread_vars(opts, idx_dtype)
     sequential = next((s.arg[1] for s in ast.src if scatter_store(s)), None) if not atomics else None
-    loops = OutputLoops(shape, opts, vector, idx_dtype, threads, sequential)
+    chunked = _chunked_axes(ast, opts)  # reduced axis -> a chunk's length
+    counts = {a: main_reduce(ast).src[0].shape[a] // n for a, n in chunked.items()}
+    loops = OutputLoops(shape, opts, vector, idx_dtype, threads, sequential, counts)
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     group = _grouped_axes(ast, opts, threads)
     vector_unroll = vector.axis if vector is not None and vector.op == "UNROLL" else None
-    lowerer = Lowerer(loops.n_ranges, unroll, main_reduce(ast), idx_dtype, vector_unroll, group)
+    chunks = {a: (loops.chunk_loops[a], n) for a, n in chunked.items()}
+    lowerer = Lowerer(loops.n_ranges, unroll, main_reduce(ast), idx_dtype, vector_unroll, group, chunks)
     for idxs in loops.indices():
         for store in ast.src:
             buf, view, value = store.src[:3]
@@ -397,7 +445,11 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, 
                 valid = thread < 1 if _is_true(valid) else valid & (thread < 1)
             index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
             added = Ops.ADD if scatter_store(store) else None  # a STORE whose arg is ADD adds into the buffer
-            stores.append(UOp(Ops.STORE, dtypes.void, (index, lowerer.value(value, idxs)), added))
+            result = lowerer.value(value, idxs)
+            if chunks:  # every chunk but the first adds to what the chunks before it stored
+                later = functools.reduce(operator.or_, [r > 0 for r, _ in chunks.values()])
+                result = load(buf, idx, later if _is_true(valid) else valid & later) + result
+            stores.append(UOp(Ops.STORE, dtypes.void, (index, result), added))
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=loops.n_loops)
 
 

@@ -18,7 +18,10 @@ class Opt:
     TILE(axis, n): keep n iterations of an output axis's loop; the rest becomes a loop outside every other.
     LOCAL(axis, n): n neighbouring outputs along an output axis go to n threads of one block (a GPU's).
     GROUP(axis, n): n threads of a block share a reduced axis's loop, each taking every n-th iteration, and combine
-    their partial results through shared memory."""
+    their partial results through shared memory.
+    CHUNK(axis, n): a reduced axis's loop runs n iterations at a time; the chunks are a loop just inside the one
+    threads split, outside every other output loop, each chunk adding its sums into the output: a chunk of every
+    operand stays in cache while all the register blocks read it (`chunkable` kernels only, on a CPU)."""
 
     op: str
     axis: int
@@ -41,3 +44,17 @@ def main_reduce(ast: UOp) -> UOp | None:
         if node.op is Ops.REDUCE_AXIS:
             return node
     return None
+
+
+def chunkable(ast: UOp) -> bool:
+    """Whether a kernel may take CHUNK: it stores its main reduction, a sum, as it is (chunks add into the output),
+    or through a view (a view is linear: each chunk's part of it adds up to the whole), and reads nothing of the
+    buffer it stores into (an assign in place: later chunks would read what earlier ones stored)."""
+    if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE or len(ast.src[0].src) != 3:  # (4 sources: a scatter)
+        return False
+    if any(n.op is Ops.LOAD and n.src[0] is ast.src[0].src[0] for n in ast.toposort()):
+        return False
+    reduce = ast.src[0].src[2]
+    while reduce.op is Ops.VIEW:
+        reduce = reduce.src[0]
+    return reduce.op is Ops.REDUCE_AXIS and reduce.arg[0] is Ops.ADD and reduce is main_reduce(ast)

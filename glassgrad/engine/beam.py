@@ -17,7 +17,7 @@ import time
 
 from glassgrad.codegen import get_program, symbolic_kernel
 from glassgrad.codegen.checks import ERROR_SLOTS
-from glassgrad.codegen.heuristics import hand_coded_opts
+from glassgrad.codegen.heuristics import renderer_opts
 from glassgrad.codegen.opt import Opt
 from glassgrad.codegen.search import actions, output_shape, reduce_size, valid
 from glassgrad.codegen.tensor_cores import tensor_core_actions
@@ -87,7 +87,7 @@ def _filled(buf: Buffer) -> Buffer:
 
 def _heuristic_opts(ast: UOp, device: str) -> tuple[Opt, ...]:
     renderer = Device[device].renderer
-    return tuple(hand_coded_opts(ast, renderer.vector_lanes, renderer.has_local))
+    return tuple(renderer_opts(ast, renderer))
 
 
 def _cache_key(ast: UOp, device: str, width: int, heuristic: tuple[Opt, ...]) -> str:

@@ -20,6 +20,7 @@ class Renderer:
     has_local: bool = False  # it renders blocks of threads that share memory (a GPU): the LOCAL and GROUP actions
     chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
     atomic_adds: bool = False  # a STORE that adds into memory (a scatter's) is atomic: threads may add into one place
+    cache_bytes: int = 0  # bytes of a core's cache a kernel's operands may keep: the heuristics' CHUNK size (0: none)
     # layouts the scheduler gives operands where this renderer's kernels pay for them (it asks, naming no device):
     packs_panels: bool = False  # its matmuls are register-blocked over B's columns: a large B is packed (pack.py)
     buffers_windows: bool = False  # a mask test per load keeps its loops from vector code: a convolution's padded

@@ -573,3 +573,18 @@ ERRORS = [
 def test_bad_input_raises_a_clear_error(make, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
         make()
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_torch_over_a_wide_range_with_infinities_and_nan(approximate):
+    """Exact GELU (through erf's two polynomials and their selects) and the tanh form, vectorized on the CPU, forward
+    and backward, from far below to far above the polynomials' range, at -inf and NaN; at +inf the limit, inf, as
+    PyTorch's scalar and float64 paths give (its float32 vector path gives NaN for the exact form)."""
+    wide = np.concatenate([np.linspace(-12, 12, 4801), [-1e30, -100, 100, 1e30, 0.0, -0.0, -np.inf, np.nan]])
+    x = np.resize(wide, 4816).astype(np.float32)  # a multiple of 16 lanes
+    torch_fn = lambda t: F.gelu(t, approximate=approximate)  # noqa: E731
+    check_op([], torch_fn, lambda t: t.gelu(approximate), inputs=[x], atol=2e-6, rtol=2e-6, grad_atol=1e-5)
+    infinite = np.full(16, np.inf, np.float32)
+    assert (
+        Tensor(infinite).gelu(approximate).numpy() == F.gelu(torch.tensor(np.inf, dtype=torch.float64)).item()
+    ).all()
