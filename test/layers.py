@@ -26,12 +26,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # stdlib only; device_info: what a graph's builder may ask of a device, answered by the runtime (handed in)
     "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress", "autocast", "errors", "device_info"),
     "ir": ("uop", "uop.*"),  # UOp, Ops, rewriting, symbolic math, views: no device, no Tensor
-    "viz": ("viz", "viz.*"),  # records rewrites and kernels (VIZ=1), serves the page
     "renderer": ("renderer", "renderer.*"),  # the dialects: a linear program -> source text
     "codegen": ("codegen", "codegen.*"),  # kernel AST -> linear program -> source, through a Renderer
     "schedule": ("schedule", "schedule.*"),  # graph -> kernels; asks a Renderer what layouts pay
     "runtime": ("runtime", "runtime.*"),  # devices: memory, compilers, programs
     "engine": ("engine", "engine.*"),  # realize: schedule, compile, run
+    # VIZ=1: records rewrites and kernels through the hooks it sets (uop/rewrite.py, engine/realize.py), serves the page
+    "viz": ("viz", "viz.*"),
     # the Tensor API's methods and autograd: they build graphs and open no device (they ask device_info)
     "api": (
         "mixin",
@@ -66,15 +67,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "base": (),
     "ir": ("base",),
-    "viz": ("ir", "base"),
     "renderer": ("ir", "base"),
     "codegen": ("renderer", "ir", "base"),
     "schedule": ("renderer", "ir", "base"),
     "runtime": ("renderer", "ir", "base"),
-    "engine": ("schedule", "codegen", "runtime", "renderer", "viz", "ir", "base"),
+    "engine": ("schedule", "codegen", "runtime", "renderer", "ir", "base"),
+    "viz": ("engine", "ir", "base"),
     "api": ("engine", "ir", "base"),
     "tensor": ("api", "engine", "runtime", "ir", "base"),
-    "frontend": ("tensor", "api", "engine", "runtime", "ir", "base"),
+    "frontend": ("tensor", "api", "viz", "engine", "runtime", "ir", "base"),
 }
 
 
