@@ -126,15 +126,12 @@ from glassgrad import Tensor
 from glassgrad.engine import realize
 from glassgrad.uop import rewrite
 (Tensor([1.0, 2.0]) * 3).sum().realize()
-print(sorted({m for m in sys.modules if m.startswith("glassgrad.viz")}), realize.compile_tracer is not None,
-      rewrite.rewrite_tracer is not None)
+print("glassgrad.viz" in sys.modules, realize.compile_tracer is not None, rewrite.rewrite_tracer is not None)
 os._exit(0)  # VIZ=1 would serve the page at exit
 """
 
 
-@pytest.mark.parametrize(
-    "viz, expected", [("0", "[] False False"), ("1", "['glassgrad.viz', 'glassgrad.viz.recorder'] True True")]
-)
+@pytest.mark.parametrize("viz, expected", [("0", "False False False"), ("1", "True True True")])
 def test_viz_hooks_are_set_only_under_viz(viz, expected):
     """Without VIZ, compiling and rewriting pass through no viz module: viz/ is not even imported, and the hooks that
     VIZ=1's recorder sets (engine/realize.py's compile_tracer, uop/rewrite.py's rewrite_tracer) are None."""
