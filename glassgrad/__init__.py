@@ -7,11 +7,16 @@ from glassgrad.disk_cache import cache_dir
 from glassgrad.dtype import dtypes
 from glassgrad.engine.jit import TinyJit
 from glassgrad.function import function
-from glassgrad.helpers import Context, getenv
+from glassgrad.helpers import VIZ, Context, getenv
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.tensor import Tensor
 from glassgrad.uop.variable import Variable
+
+if VIZ:  # record every rewrite and kernel from here on, and serve the page at exit; without VIZ viz/ is not imported
+    from glassgrad import viz
+
+    viz.start()
 
 __all__ = [
     "Context",

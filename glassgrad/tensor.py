@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from glassgrad.backward_targets import unasked_flag
+from glassgrad.device_info import device_or_default
 from glassgrad.dtype import (
     STORED_AS_BITS,
     DType,
@@ -115,7 +116,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):  # fmt: skip
-        device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        device = device_or_default(device)
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
@@ -344,14 +345,14 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         shape = (len(raw) // dtype.itemsize,) if shape is None else tuple(shape)
         if prod(shape) * dtype.itemsize != len(raw):
             raise ArgumentError(f"frombuffer: {len(raw)} bytes cannot be a {dtype} tensor of shape {shape}")
-        device = Device.canonicalize(device or Device.DEFAULT)
+        device = device_or_default(device)
         return Tensor(_uop_from_bytes(raw, dtype, shape, device))
 
     @staticmethod
     def empty(*shape, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
         """A tensor whose values are not set (backed by a fresh buffer)."""
         shape = shape_arg(shape, "empty")
-        dtype, device = to_dtype(dtype or dtypes.default_float), Device.canonicalize(device or Device.DEFAULT)
+        dtype, device = to_dtype(dtype or dtypes.default_float), device_or_default(device)
         empty = Tensor(new_buffer(device, prod(shape), dtype)).reshape(shape)
         return empty.requires_grad_(kwargs.get("requires_grad"))
 
@@ -367,7 +368,7 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         ints = dtypes.int64 if max(abs(start), abs(start + step * count)) >= 2**31 else dtypes.default_int  # past int32
         floats = any(isinstance(x, float) for x in (start, stop, step))
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float if floats else ints
-        device = Device.canonicalize(device or Device.DEFAULT)
+        device = device_or_default(device)
         position = dtypes.int64 if count >= 2**31 else dtypes.int32
         index = Tensor(UOp(Ops.ARANGE, position, (_device_node(device),), count))
         # start + i * step rounded once to a 16-bit float (as PyTorch): its index alone is inexact past 2048 or 256

@@ -23,25 +23,28 @@ from dataclasses import dataclass
 
 # bottom first; a pattern names modules relative to the package ("uop.*": every module in uop/)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress", "autocast", "errors"),  # stdlib only
+    # stdlib only; device_info: what a graph's builder may ask of a device, answered by the runtime (handed in)
+    "base": ("helpers", "dtype", "fp8", "disk_cache", "shape", "progress", "autocast", "errors", "device_info"),
     "ir": ("uop", "uop.*"),  # UOp, Ops, rewriting, symbolic math, views: no device, no Tensor
-    "viz": ("viz", "viz.*"),  # records rewrites and kernels (VIZ=1), serves the page
     "renderer": ("renderer", "renderer.*"),  # the dialects: a linear program -> source text
     "codegen": ("codegen", "codegen.*"),  # kernel AST -> linear program -> source, through a Renderer
     "schedule": ("schedule", "schedule.*"),  # graph -> kernels; asks a Renderer what layouts pay
     "runtime": ("runtime", "runtime.*"),  # devices: memory, compilers, programs
     "engine": ("engine", "engine.*"),  # realize: schedule, compile, run
-    # the Tensor API
-    "tensor": (
-        "tensor",
-        "tensor_*",
+    # VIZ=1: records rewrites and kernels through the hooks it sets (uop/rewrite.py, engine/realize.py), serves the page
+    "viz": ("viz", "viz.*"),
+    # the Tensor API's methods and autograd: they build graphs and open no device (they ask device_info)
+    "api": (
+        "mixin",
+        "mixin.*",
+        "tensor_math",
+        "tensor_checks",
         "gradient",
         "gradient_formulas",
         "backward_targets",
-        "host_data",
-        "mixin",
-        "mixin.*",
     ),
+    # the Tensor class: the API joined to devices, buffers and realize
+    "tensor": ("tensor", "host_data"),
     # built on Tensor; backends/: PyTorch's switches (TF32), the user's to set
     "frontend": (
         "",
@@ -64,14 +67,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "base": (),
     "ir": ("base",),
-    "viz": ("ir", "base"),
     "renderer": ("ir", "base"),
     "codegen": ("renderer", "ir", "base"),
     "schedule": ("renderer", "ir", "base"),
     "runtime": ("renderer", "ir", "base"),
-    "engine": ("schedule", "codegen", "runtime", "renderer", "viz", "ir", "base"),
-    "tensor": ("engine", "runtime", "ir", "base"),
-    "frontend": ("tensor", "engine", "runtime", "ir", "base"),
+    "engine": ("schedule", "codegen", "runtime", "renderer", "ir", "base"),
+    "viz": ("engine", "ir", "base"),
+    "api": ("engine", "ir", "base"),
+    "tensor": ("api", "engine", "runtime", "ir", "base"),
+    "frontend": ("tensor", "api", "viz", "engine", "runtime", "ir", "base"),
 }
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from glassgrad import Device, Tensor, dtypes
 from glassgrad.codegen import full_rewrite_to_sink
+from glassgrad.engine import realize
 from glassgrad.uop import rewrite
 from glassgrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from glassgrad.viz import graph, recorder, server
@@ -117,6 +118,26 @@ def test_recording_stops_and_untraced_rewrites_are_not_recorded():
         pass
     graph_rewrite(loop_var + 0, add_zero_and_mul_one)
     assert rec.rewrites == [] and recorder.recorder is None and rewrite.rewrite_tracer is None
+    assert realize.compile_tracer is None
+
+
+HOOKS = """import os, sys
+from glassgrad import Tensor
+from glassgrad.engine import realize
+from glassgrad.uop import rewrite
+(Tensor([1.0, 2.0]) * 3).sum().realize()
+print("glassgrad.viz" in sys.modules, realize.compile_tracer is not None, rewrite.rewrite_tracer is not None)
+os._exit(0)  # VIZ=1 would serve the page at exit
+"""
+
+
+@pytest.mark.parametrize("viz, expected", [("0", "False False False"), ("1", "True True True")])
+def test_viz_hooks_are_set_only_under_viz(viz, expected):
+    """Without VIZ, compiling and rewriting pass through no viz module: viz/ is not even imported, and the hooks that
+    VIZ=1's recorder sets (engine/realize.py's compile_tracer, uop/rewrite.py's rewrite_tracer) are None."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VIZ": viz}
+    done = subprocess.run([sys.executable, "-c", HOOKS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == expected, done.stderr
 
 
 def test_kernels_are_recorded_with_their_rewrites_and_source():

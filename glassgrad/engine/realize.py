@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from glassgrad import viz
 from glassgrad.codegen import ProgramSpec, get_program
 from glassgrad.engine import program_cache
 from glassgrad.engine.beam import beam_opts
@@ -17,15 +17,12 @@ from glassgrad.engine.compile_progress import CompileProgress
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, VIZ, KeyedRef
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.variable import UnboundVariableError
-
-if VIZ:  # record every rewrite and kernel from here on; serve the page at exit
-    viz.start()
 
 # The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
 # lookup), and listed here by the node's id for TinyJit, which asks which buffers are held (a plain dict and one
@@ -169,14 +166,22 @@ def _cached_spec(key: tuple, device: str, ast: UOp) -> ProgramSpec:
     return spec
 
 
+# set by viz/recorder.py while it records (VIZ=1): it makes each kernel's program by calling the function it is given
+compile_tracer: Callable[[str, UOp, Callable[[str, UOp], ProgramSpec]], ProgramSpec] | None = None
+
+
+def _make_program(device: str, ast: UOp) -> ProgramSpec:
+    return get_program(ast, Device[device].renderer, beam_opts(ast, device))
+
+
 def _program_spec(device: str, ast: UOp) -> ProgramSpec:
     """Optimize, lower and render one kernel (DEBUG=3 prints its actions and source, DEBUG=4 its AST and program)."""
     if DEBUG >= 4:
         print(f"--- kernel AST ---\n{ast}")
-    with viz.recorder.compiling(device, ast) as kernel:  # VIZ=1 lists the rewrites made here under this kernel
-        spec = get_program(ast, Device[device].renderer, beam_opts(ast, device))
-        if kernel is not None:
-            kernel.spec = spec
+    if compile_tracer is None:
+        spec = _make_program(device, ast)
+    else:  # VIZ=1 records the kernel and lists the rewrites made while its program is made under it
+        spec = compile_tracer(device, ast, _make_program)
     if DEBUG >= 4:
         print(
             "--- linear program ---\n"

@@ -21,6 +21,13 @@ def _nn_tensor(value: Any, like: Tensor, op: str, name: str) -> Tensor | None:
     return value
 
 
+def _required_tensor(value: Any, like: Tensor, op: str, name: str) -> Tensor:
+    """An argument that must be given (a convolution's weight, a loss's target) as a Tensor on `like`'s device."""
+    if value is None:
+        raise TypeError(f"{op}: {name} must be a tensor, got None")
+    return _nn_tensor(value, like, op, name)
+
+
 def _param_of_shape(value: Any, like: Tensor, shape: tuple[int, ...], op: str, name: str) -> Tensor | None:
     """A per-feature parameter (weight, bias, running stats) that must have exactly `shape`."""
     t = _nn_tensor(value, like, op, name)

@@ -12,6 +12,7 @@ from glassgrad.dtype import promote_types
 from glassgrad.errors import ArgumentError
 from glassgrad.gradient import custom_gradient
 from glassgrad.helpers import prod
+from glassgrad.mixin.arguments import _nn_tensor, _required_tensor
 from glassgrad.mixin.linalg import _summed
 from glassgrad.mixin.spatial_nd import conv_rank
 from glassgrad.mixin.split_reduce import cache_sized_part
@@ -143,15 +144,6 @@ def _disjoint_windows(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...
     return x.permute(*range(b), *(b + 2 * j for j in range(nd)), *(b + 2 * j + 1 for j in range(nd)))
 
 
-def _conv_operand(value: Any, like: Tensor, op: str, name: str) -> Tensor:
-    """A weight or bias as a Tensor on the input's device."""
-    if not isinstance(value, type(like)):
-        return type(like)(value, device=like.device)
-    if value.device != like.device:
-        raise ArgumentError(f"{op}: {name} is on {value.device} but the input is on {like.device}; move it with .to()")
-    return value
-
-
 def _spatial_names(nd: int) -> tuple[str, ...]:
     return ("L",) if nd == 1 else ("H", "W") if nd == 2 else ("D", "H", "W")
 
@@ -234,7 +226,7 @@ def _conv_gradients(g: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, ...
 def _conv_weight(x: Tensor, weight: Any, groups: int, nd: int, op: str, layout: str) -> Tensor:
     """Check a convolution's input, its weight's rank (laid out as `layout`, then the kernel) and `groups`."""
     _check_input(x, nd, op)
-    weight = _conv_operand(weight, x, op, "weight")
+    weight = _required_tensor(weight, x, op, "weight")
     if weight.ndim != nd + 2:
         dims = ", ".join("k" + s for s in _spatial_names(nd))
         raise ArgumentError(f"{op}: weight must be ({layout}, {dims}), got shape {weight.shape}")
@@ -247,7 +239,7 @@ def _conv_bias(x: Tensor, bias: Any, out_channels: int, op: str) -> Tensor | Non
     """None, or a bias with one value per output channel."""
     if bias is None:
         return None
-    bias = _conv_operand(bias, x, op, "bias")
+    bias = _nn_tensor(bias, x, op, "bias")
     if bias.shape != (out_channels,):
         raise ArgumentError(f"{op}: bias must have shape ({out_channels},), one per output channel, got {bias.shape}")
     return bias

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.device_info import holds
 from glassgrad.dtype import DType, dtypes, promote_types, result_type_with_scalar, to_dtype
 from glassgrad.errors import ArgumentError, DtypeError
-from glassgrad.runtime.device import Device
 from glassgrad.shape import broadcast_shape
 from glassgrad.tensor_math import float_floor_quotient, float_remainder, int_quotient
 from glassgrad.uop.ops import Ops, UOp
@@ -21,7 +21,7 @@ def check_device_holds(device: str | tuple[str, ...], dtype: DType) -> None:
     if isinstance(device, tuple):
         for d in device:
             check_device_holds(d, dtype)
-    elif not Device[device].supports(dtype):
+    elif not holds(device, dtype):
         raise TypeError(f"device {device} cannot hold {dtype}; cast to a supported dtype or use another device")
 
 

@@ -25,15 +25,20 @@ def _check_index_tensor(index: Any, op: str, what: str) -> None:
         raise DtypeError(f"{op}: {what} must be an integer tensor, got {index.dtype}")
 
 
-def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tensor:
-    """Check a scatter's arguments; the part of src that index covers (a number fills index's shape)."""
+def _check_index(t: Tensor, dim: int, index: Tensor, op: str) -> None:
+    """A gather's or scatter's index: an integer tensor of t's rank, no bigger than t but along `dim`."""
     _check_index_tensor(index, op, "index")
     if index.ndim != t.ndim:
-        raise ArgumentError(f"{op}: index has {index.ndim} dimensions but the tensor has {t.ndim}; they must match")
+        raise ArgumentError(f"{op}: index has {index.ndim} dimensions but input has {t.ndim}; they must match")
     for d, (i, s) in enumerate(zip(index.shape, t.shape, strict=True)):
         if d != dim and i > s:
-            raise ArgumentError(f"{op}: index has shape {index.shape} but the tensor has {t.shape}; index can't be "
-                                f"bigger in dimension {d} (other than dim={dim})")  # fmt: skip
+            raise ArgumentError(f"{op}: index has shape {index.shape} but input has {t.shape}; index can't be bigger "
+                                f"than input in dimension {d} (other than dim={dim})")  # fmt: skip
+
+
+def _scatter_src(t: Tensor, dim: int, index: Tensor, src: Any, op: str) -> Tensor:
+    """Check a scatter's arguments; the part of src that index covers (a number fills index's shape)."""
+    _check_index(t, dim, index, op)
     if not isinstance(src, GatherMixin):
         return type(t).full(index.shape, src, dtype=t.dtype, device=t.device)
     if src.dtype != t.dtype:
@@ -81,15 +86,9 @@ class GatherMixin:
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """out[i][j] = self[index[i][j]][j] for dim=0: the values along `dim` at the positions in `index`."""
         dim = self._axis(dim, "gather")
-        _check_index_tensor(index, "gather", "index")
-        if index.ndim != self.ndim:
-            raise ArgumentError(f"gather: index has {index.ndim} dimensions but input has {self.ndim}; they must match")
+        _check_index(self, dim, index, "gather")
         if self.ndim == 0:
             return self.reshape(1).gather(0, index.reshape(1)).reshape(())
-        for d, (i, s) in enumerate(zip(index.shape, self.shape, strict=True)):
-            if d != dim and i > s:
-                raise ArgumentError(f"gather: index has shape {index.shape} but input has {self.shape}; index can't be "
-                                    f"bigger than input in dimension {d} (other than dim={dim})")  # fmt: skip
         index = checked_index(index, self.shape[dim], out_of_bounds("gather", dim, self.shape[dim]))
         return take_along(self, dim, index)
 

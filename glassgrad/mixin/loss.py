@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from glassgrad.autocast import float32_under_autocast
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError, DtypeError
-from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape
+from glassgrad.mixin.arguments import _nn_tensor, _param_of_shape, _required_tensor
 from glassgrad.mixin.small_tensors import _arange
 from glassgrad.shape import broadcast_shape
 from glassgrad.tensor_checks import checked_index
@@ -38,8 +38,10 @@ def _loss_target(x: Tensor, target: Any, Y: Any, op: str) -> Tensor:
     return _nn_tensor(target if Y is None else Y, x, op, "target")
 
 
-def _elementwise_loss_operands(x: Tensor, target: Tensor, weight: Any, op: str) -> tuple[Tensor, Tensor | None]:
-    """The difference x - target (broadcast as torch does) and the optional weight, which must have x's shape."""
+def _elementwise_loss_operands(x: Tensor, target: Any, weight: Any, op: str) -> tuple[Tensor, Tensor | None]:
+    """The difference x - target (a tensor on x's device, broadcast as torch does) and the optional weight, which must
+    have x's shape."""
+    target = _required_tensor(target, x, op, "target")
     broadcast_shape(x.shape, target.shape, op)
     weight = _nn_tensor(weight, x, op, "weight")
     if weight is not None and weight.shape != x.shape:
@@ -213,16 +215,14 @@ class LossMixin:
     def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
         """torch's mse_loss: (x - target)**2, reduced (a weighted mean divides by the sum of the weights)."""
         _check_reduction(reduction, "mse_loss")
-        diff, weight = _elementwise_loss_operands(self, _nn_tensor(target, self, "mse_loss", "target"), weight,
-                                                  "mse_loss")  # fmt: skip
+        diff, weight = _elementwise_loss_operands(self, target, weight, "mse_loss")
         return _weighted_reduced(diff * diff, weight, reduction)
 
     @float32_under_autocast
     def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
         """torch's l1_loss: |x - target|, reduced (a weighted mean divides by the sum of the weights)."""
         _check_reduction(reduction, "l1_loss")
-        diff, weight = _elementwise_loss_operands(self, _nn_tensor(target, self, "l1_loss", "target"), weight,
-                                                  "l1_loss")  # fmt: skip
+        diff, weight = _elementwise_loss_operands(self, target, weight, "l1_loss")
         return _weighted_reduced(diff.abs(), weight, reduction)
 
     @float32_under_autocast
@@ -231,8 +231,7 @@ class LossMixin:
         _check_reduction(reduction, "smooth_l1_loss")
         if beta < 0:
             raise ArgumentError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
-        diff, _ = _elementwise_loss_operands(self, _nn_tensor(target, self, "smooth_l1_loss", "target"), None,
-                                             "smooth_l1_loss")  # fmt: skip
+        diff, _ = _elementwise_loss_operands(self, target, None, "smooth_l1_loss")
         d = diff.abs()
         loss = d if beta == 0 else (d < beta).where(0.5 * diff * diff / beta, d - 0.5 * beta)
         return _reduced(loss, reduction)
@@ -244,8 +243,7 @@ class LossMixin:
         _check_reduction(reduction, "huber_loss")
         if delta <= 0:
             raise ArgumentError(f"huber_loss: delta must be positive, got {delta}")
-        diff, weight = _elementwise_loss_operands(self, _nn_tensor(target, self, "huber_loss", "target"), weight,
-                                                  "huber_loss")  # fmt: skip
+        diff, weight = _elementwise_loss_operands(self, target, weight, "huber_loss")
         d = diff.abs()
         loss = (d < delta).where(0.5 * diff * diff, delta * (d - 0.5 * delta))
         return _reduced(loss * weight if weight is not None else loss, reduction)

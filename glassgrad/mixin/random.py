@@ -13,12 +13,12 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any
 
+from glassgrad.device_info import device_or_default
 from glassgrad.dtype import DType, dtypes, to_dtype
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.helpers import prod
 from glassgrad.mixin.small_tensors import _arange
-from glassgrad.runtime.device import Device
 from glassgrad.shape import shape_arg
 from glassgrad.tensor_math import polynomial, zero_with_gradient
 
@@ -127,7 +127,7 @@ class RandomMixin:
         dtype = to_dtype(dtype)
         if requires_grad and not dtypes.is_float(dtype):
             raise ArgumentError(f"randint: only float tensors can require gradients, got dtype {dtype}")
-        random = cls._random_bits(prod(shape), _device(device))
+        random = cls._random_bits(prod(shape), device_or_default(device))
         # floor(bits * range / 2**32) spreads 2**32 values evenly over the range (biased by at most range / 2**32)
         offset = (random.cast(dtypes.uint64) * (high - low)) >> 32
         return (offset.cast(dtypes.int64) + low).cast(dtype).reshape(shape).requires_grad_(requires_grad)
@@ -238,17 +238,13 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-def _device(device: str | None) -> str:
-    return Device.canonicalize(device) if device is not None else Device.DEFAULT
-
-
 def _creator_args(shape: Any, dtype: DType | str | None, device: str | None,
                   op: str) -> tuple[tuple[int, ...], DType, str]:  # fmt: skip
     """The checked shape, float dtype and device of a random creator."""
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(dtype):
         raise DtypeError(f"{op}: makes floats; dtype {dtype} is not a float dtype (use randint for integers)")
-    return shape_arg(shape, op), dtype, _device(device)
+    return shape_arg(shape, op), dtype, device_or_default(device)
 
 
 def _working_float(dtype: DType) -> DType:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from glassgrad.device_info import canonical, check_known
 from glassgrad.errors import ArgumentError
 from glassgrad.mixin.elementwise import check_device_holds
-from glassgrad.runtime.device import Device
 from glassgrad.uop.multi import check_split, copy_to, multi, resharded, split_axis
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 
@@ -59,9 +59,9 @@ class ShardMixin:
 def _device_tuple(devices: Sequence[str]) -> tuple[str, ...]:
     if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
         raise ArgumentError(f"shard: devices must be a tuple of device names, got {devices!r}")
-    names = Device.canonicalize(tuple(devices))
+    names = canonical(tuple(devices))
     for name in names:
         if names.count(name) > 1:
             raise ArgumentError(f"shard: device {name} appears twice in {names}; each shard needs a device of its own")
-        Device[name]  # an unknown device is named here
+        check_known(name)
     return names

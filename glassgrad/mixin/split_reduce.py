@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from glassgrad.device_info import runs_blocks
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import L2_BUDGET, prod
-from glassgrad.runtime.device import Device
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -72,9 +72,9 @@ def split_parts(shape: tuple[int, ...], axes: tuple[int, ...], contraction: bool
     return None
 
 
-def _has_blocks(device: str) -> bool:
-    """Whether the device runs blocks of threads (a GPU): its renderer says so."""
-    return isinstance(device, str) and Device[device].renderer.has_local
+def _has_blocks(device: str | tuple[str, ...]) -> bool:
+    """Whether the device runs blocks of threads (a GPU): its renderer says so (a sharded tensor's parts: no)."""
+    return isinstance(device, str) and runs_blocks(device)
 
 
 def split_reduce(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glassgrad import device_info
 from glassgrad.disk_cache import cache_get, cache_put
 from glassgrad.dtype import DType
 from glassgrad.helpers import getenv
@@ -116,15 +117,7 @@ class _DeviceRegistry:
         self._registered[base] = factory
         self._opened = {k: v for k, v in self._opened.items() if k.split(":")[0] != base}  # reopen with the new one
 
-    @staticmethod
-    def canonicalize(name: str | tuple[str, ...] | list[str]) -> Any:
-        """'cpu' -> 'CPU', 'cuda:0' -> 'CUDA' (device 0 has no suffix), 'CUDA:1' stays; a tuple (or list) of names,
-        the devices a sharded tensor lives on, becomes a tuple of canonical names."""
-        if isinstance(name, (tuple, list)):
-            return tuple(_DeviceRegistry.canonicalize(n) for n in name)
-        base, _, index = name.partition(":")
-        base = base.upper()
-        return base if index in ("", "0") else f"{base}:{index}"
+    canonicalize = staticmethod(device_info.canonical)  # 'cpu' -> 'CPU', 'cuda:0' -> 'CUDA', 'CUDA:1' stays
 
     def __getitem__(self, name: str) -> Compiled:
         if (opened := self._opened.get(name)) is not None:  # a canonical name, opened: every buffer asks this
@@ -165,7 +158,7 @@ def available_devices() -> list[str]:
 
 def _default_from_env() -> str:
     if name := os.environ.get("DEV"):
-        return _DeviceRegistry.canonicalize(name)
+        return device_info.canonical(name)
     for name in available_devices():
         if getenv(name, 0):
             return name
@@ -173,6 +166,7 @@ def _default_from_env() -> str:
 
 
 Device = _DeviceRegistry()
+device_info.answer_with(Device)  # what building a graph asks of a device (mixin/), the registry answers
 
 
 class Buffer:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
+from glassgrad.engine import realize
 from glassgrad.uop import rewrite
 from glassgrad.uop.ops import UOp
 from glassgrad.uop.rewrite import PatternMatcher
@@ -127,18 +128,18 @@ def _traced_graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -
 
 
 def start() -> Recorder:
-    """Record every graph_rewrite call from now on (VIZ=1 calls this when glassgrad is imported)."""
+    """Record every graph_rewrite call and kernel compiled from now on (VIZ=1 calls this when glassgrad is imported)."""
     global recorder
     if recorder is None:
         recorder = Recorder()
-        rewrite.rewrite_tracer = _traced_graph_rewrite
+        rewrite.rewrite_tracer, realize.compile_tracer = _traced_graph_rewrite, _traced_compile
     return recorder
 
 
 def stop() -> None:
     """Stop recording and forget what was recorded."""
     global recorder
-    recorder, rewrite.rewrite_tracer = None, None
+    recorder, rewrite.rewrite_tracer, realize.compile_tracer = None, None, None
 
 
 @contextlib.contextmanager
@@ -151,19 +152,17 @@ def recording() -> Iterator[Recorder]:
         stop()
 
 
-@contextlib.contextmanager
-def compiling(device: str, ast: UOp) -> Iterator[KernelRecord | None]:
-    """While a kernel's program is made, note the rewrites as its own; the caller sets `.spec` when done."""
-    if recorder is None:
-        yield None
-        return
+def _traced_compile(device: str, ast: UOp, make: Callable[[str, UOp], Any]) -> Any:
+    """A kernel's program made by `make` (engine/realize.py's), its rewrites noted as the kernel's own."""
+    assert recorder is not None
     outer, kernel = recorder.compiling, KernelRecord(device, ast)
     recorder.kernels.append(kernel)
     recorder.compiling = len(recorder.kernels) - 1
     try:
-        yield kernel
+        kernel.spec = make(device, ast)
     finally:
         recorder.compiling = outer
+    return kernel.spec
 
 
 @functools.cache

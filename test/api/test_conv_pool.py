@@ -297,6 +297,10 @@ def test_conv_rejects_a_bias_of_the_wrong_shape_and_another_device():
         Tensor.ones(1, 4, 5, 5).conv2d(Tensor.ones(2, 4, 3, 3), Tensor.ones(3))
     with pytest.raises(ValueError, match="conv2d: weight is on PYTHON but the input is on CPU"):
         Tensor.ones(1, 4, 5, 5, device="CPU").conv2d(Tensor.ones(2, 4, 3, 3, device="PYTHON"))
+    with pytest.raises(ValueError, match="conv2d: bias is on PYTHON but the input is on CPU"):
+        Tensor.ones(1, 4, 5, 5, device="CPU").conv2d(Tensor.ones(2, 4, 3, 3), Tensor.ones(2, device="PYTHON"))
+    with pytest.raises(TypeError, match="conv2d: weight must be a tensor, got None"):  # torch: a TypeError too
+        Tensor.ones(1, 4, 5, 5).conv2d(None)
 
 
 @pytest.mark.parametrize("x, w, kwargs, message", [

@@ -377,8 +377,11 @@ def test_scatter_reduce_along_dim_0_of_integers():
 
 def test_scatter_bad_arguments_raise():
     x = Tensor(np.zeros((2, 3), np.float32))
-    with pytest.raises(ValueError, match="scatter: index has 1 dimensions but the tensor has 2"):
+    with pytest.raises(ValueError, match="scatter: index has 1 dimensions but input has 2"):
         x.scatter(0, Tensor([0]), 1.0)
+    bigger = r"scatter_reduce: index has shape \(2, 4\) but input has \(2, 3\); index can't be bigger than input in"
+    with pytest.raises(ValueError, match=bigger + r" dimension 1 \(other than dim=0\)"):
+        x.scatter_reduce(0, Tensor([[0] * 4] * 2), Tensor(np.ones((2, 4), np.float32)), "sum")
     with pytest.raises(TypeError, match="scatter: src has dtype dtypes.int but the tensor has dtypes.float"):
         x.scatter(0, Tensor([[0]]), Tensor([[1]]))
     with pytest.raises(ValueError, match="src has shape"):
