@@ -14,6 +14,7 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
@@ -142,27 +143,29 @@ def accumulated_gradients(model, x: np.ndarray, y: np.ndarray, rank: int | None)
 TINY_GPT2 = GPT2Config(vocab_size=64, n_ctx=16, n_embd=32, n_layer=2, n_head=2)
 
 
-def train_gpt2(rows: slice, devices: tuple[str, ...] | None = None, steps: int = 5) -> tuple[list[float], dict]:
+def train_gpt2(rows: slice, devices: tuple[str, ...] | None = None, steps: int = 5) -> tuple[list, GPT2, Any]:
     """`steps` AdamW steps of examples/gpt2_train.py's TinyJit step on `rows` of each 4-row batch of TINY_GPT2:
     in this process (split across `devices` where given) or, once init_process_group ran, as this rank of a
-    DistributedDataParallel job. The losses (of the whole batch) and the final weights."""
+    DistributedDataParallel job. The losses (of the whole batch), the model and its optimizer."""
     rng = np.random.default_rng(5)
     model = GPT2(TINY_GPT2).init_weights(0)
     if devices is not None:
         nn.parallel.replicate(model, devices)
     across_processes = dist.is_initialized()
     trained = dist.DistributedDataParallel(model) if across_processes else model
-    step = train_step(trained, nn.optim.AdamW(nn.state.get_parameters(model), lr=3e-3), None, across_processes)
+    optimizer = nn.optim.AdamW(nn.state.get_parameters(model), lr=3e-3)
+    step = train_step(trained, optimizer, None, across_processes)
     losses = []
     for _ in range(steps):
         x, y = (Tensor(rng.integers(0, TINY_GPT2.vocab_size, (4, 16), dtype=np.int32)[rows]) for _ in range(2))
         losses.append(step(*((x, y) if devices is None else (x.shard(devices, 0), y.shard(devices, 0)))).item())
-    return losses, {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
+    return losses, model, optimizer
 
 
 def gpt2(folder: pathlib.Path) -> None:
     rank = dist.get_rank()
-    losses, weights = train_gpt2(slice(rank * 2, rank * 2 + 2))
+    losses, model, _ = train_gpt2(slice(rank * 2, rank * 2 + 2))
+    weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
     np.savez(folder / f"rank{rank}.npz", losses=np.array(losses), **weights)
 
 

@@ -5,7 +5,10 @@ batch split over CPU:0/CPU:1 take the steps one device takes on the whole batch,
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from distributed_worker import train_gpt2
 from glassgrad import Device, Tensor, nn
 from glassgrad.engine.realize import buffer_of
 from glassgrad.nn.parallel import local_devices, replicate
+from glassgrad.uop.ops import Ops
 from test_distributed import launch
 from test_distributed_gpu import _why_not
 
@@ -64,13 +68,25 @@ def two_processes(mode: str, folder: pathlib.Path, **env: str) -> list[dict]:
     return [dict(np.load(folder / f"rank{r}.npz")) for r in range(2)]
 
 
+def each_copy(t: Tensor, devices: tuple[str, ...]) -> list[np.ndarray]:
+    """The values of every device's copy of `t` (a tensor copied onto `devices`)."""
+    assert t.device == devices and t.uop.op is Ops.MULTI and t.uop.arg is None
+    return [t.to(d).numpy() for d in devices]
+
+
 def check_gpt2_runs_agree(devices: tuple[str, ...], ranks: list[dict]) -> None:
     """The losses and final weights of 5 steps: split over `devices` 2 rows each, on devices[0] with all 4 rows,
-    and each rank of two processes with its 2 rows."""
-    split, split_weights = train_gpt2(slice(None), devices)
+    and each rank of two processes with its 2 rows. Every device ends with the same weights and AdamW state."""
+    split, model, optimizer = train_gpt2(slice(None), devices)
+    for t in [*nn.state.get_parameters(model), *optimizer.m, *optimizer.v]:
+        first, *others = each_copy(t.realize(), devices)
+        for other in others:
+            np.testing.assert_array_equal(other, first)
+    split_weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
     old, Device.DEFAULT = Device.DEFAULT, devices[0]
     try:
-        whole, whole_weights = train_gpt2(slice(None))
+        whole, model, _ = train_gpt2(slice(None))
+        whole_weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
     finally:
         Device.DEFAULT = old
     assert whole[-1] < whole[0]  # it learned: the steps did something
@@ -152,3 +168,17 @@ def test_mnist_model_split_over_two_devices_steps_as_one_device():
     for name, value in state.items():
         close = np.isclose(split_state[name], value, rtol=1e-4, atol=1e-5)
         assert close.mean() > 0.95 and np.abs(split_state[name] - value).max() <= 2 * lr * steps, name
+
+
+@pytest.mark.slow
+def test_beautiful_mnist_trains_split_over_two_devices():
+    """SHARD=1 GPUS=2 trains in one process on CPU:0 and CPU:1 (CUDA:0 and CUDA:1 with CUDA=1); the loss falls."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SHARD": "1", "GPUS": "2", "STEPS": "4", "BS": "16",
+           "EVAL_EVERY": "100"}  # fmt: skip
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "beautiful_mnist.py")], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if "(2 devices, one process)" in line]
+    losses = [float(line.split("loss")[1].split()[0]) for line in lines]
+    assert len(losses) == 4 and losses[-1] < losses[0], done.stdout
+    assert float(lines[-1].split("test accuracy")[1].split("%")[0]) > 10  # scored on all 10,000 test images
