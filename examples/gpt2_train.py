@@ -126,7 +126,7 @@ def main() -> None:
         nn.parallel.replicate(model, devices[0])
     x, y = next(batches(data[held_out:], batch, cfg.n_ctx, np.random.default_rng(1)))
     held_out_loss = model(x).float().sparse_categorical_crossentropy(y).item()
-    print(f"loss: first step {losses[0]:.3f}, last step {losses[-1]:.3f}, held-out text {held_out_loss:.3f}; "
+    print(f"loss: first step {losses[0]:.3f}, last step {losses[-1]:.6f}, held-out text {held_out_loss:.3f}; "
           f"{rate:,.0f} tokens/s after step 2")  # fmt: skip
     prompt = list(data[:16])
     sample = Generator(model).generate(prompt, min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt)))
