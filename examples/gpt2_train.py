@@ -84,7 +84,7 @@ def main() -> None:
     if parallel:
         dist.init_process_group()  # NCCL on CUDA:LOCAL_RANK where the default device is CUDA
     devices = nn.parallel.local_devices(getenv("GPUS", 1)) if getenv("SHARD", 0) and not parallel else None
-    rank, world = (dist.get_rank(), dist.get_world_size()) if parallel else (0, len(devices or [None]))
+    rank, world = (dist.get_rank(), dist.get_world_size()) if parallel else (0, len(devices) if devices else 1)
     cfg = GPT2Config(vocab_size=256, n_ctx=getenv("CTX", 128), n_embd=getenv("WIDTH", 256),
                      n_layer=getenv("LAYERS", 4), n_head=getenv("HEADS", 4))  # fmt: skip
     steps, batch, lr = getenv("STEPS", 300), getenv("BATCH", 16), float(os.environ.get("LR", "3e-4"))
