@@ -74,6 +74,19 @@ def each_copy(t: Tensor, devices: tuple[str, ...]) -> list[np.ndarray]:
     return [t.to(d).numpy() for d in devices]
 
 
+def assert_adam_close(found: dict[str, np.ndarray], want: dict[str, np.ndarray], lr: float, steps: int) -> None:
+    """The states after `steps` Adam steps of two runs agree. Adam moves an element by about lr a step whatever its
+    gradient's size, so where a gradient is rounding noise (GPT-2's key biases: softmax ignores what they add to a
+    query's scores; a bias whose channel BatchNorm re-centres) the runs may step apart, by at most 2 lr a step; all
+    but a few elements agree closely."""
+    assert found.keys() == want.keys()
+    close = [np.isclose(found[k], w, rtol=1e-4, atol=1e-5) for k, w in want.items()]
+    agree, total = sum(int(c.sum()) for c in close), sum(c.size for c in close)
+    assert agree > 0.99 * total, f"only {agree} of {total} elements agree closely"
+    for name, w in want.items():
+        assert np.abs(found[name] - w).max(initial=0) <= 2 * lr * steps, name
+
+
 def check_gpt2_runs_agree(devices: tuple[str, ...], ranks: list[dict]) -> None:
     """The losses and final weights of 5 steps: split over `devices` 2 rows each, on devices[0] with all 4 rows,
     and each rank of two processes with its 2 rows. Every device ends with the same weights and AdamW state."""
@@ -93,10 +106,9 @@ def check_gpt2_runs_agree(devices: tuple[str, ...], ranks: list[dict]) -> None:
     np.testing.assert_allclose(split, whole, rtol=1e-5)
     for rank, found in enumerate(ranks):
         np.testing.assert_allclose(found["losses"], whole, rtol=1e-5, err_msg=f"rank {rank}")
-    for name, w in whole_weights.items():
-        np.testing.assert_allclose(split_weights[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
-        for rank, found in enumerate(ranks):
-            np.testing.assert_allclose(found[name], w, rtol=1e-4, atol=1e-5, err_msg=f"rank {rank} {name}")
+    assert_adam_close(split_weights, whole_weights, 3e-3, 5)
+    for found in ranks:
+        assert_adam_close({k: v for k, v in found.items() if k != "losses"}, whole_weights, 3e-3, 5)
 
 
 def test_gpt2_split_over_two_devices_one_device_and_two_processes_agree(tmp_path):
@@ -157,7 +169,7 @@ def test_mnist_model_split_over_two_devices_steps_as_one_device():
     """BatchNorm's statistics over a split batch are the whole batch's (a sum over the split axis all-reduces): the
     gradients are one device's on the whole batch, and so are the losses of the Adam steps. Adam moves an element
     by about lr a step whatever its gradient's size, so where a gradient is rounding noise (the smallest here are
-    ~1e-7) the two runs' weights may step apart, by at most 2 lr a step; most elements agree closely."""
+    ~1e-7) the two runs' weights may step apart (assert_adam_close)."""
     split, whole = mnist_gradients(TWO), mnist_gradients(None)
     assert split.keys() == whole.keys() and len(whole) == 14
     for name, g in whole.items():
@@ -165,9 +177,7 @@ def test_mnist_model_split_over_two_devices_steps_as_one_device():
     steps, lr = 3, 1e-3
     (split_losses, split_state), (losses, state) = mnist_steps(TWO, steps), mnist_steps(None, steps)
     np.testing.assert_allclose(split_losses, losses, rtol=1e-5)
-    for name, value in state.items():
-        close = np.isclose(split_state[name], value, rtol=1e-4, atol=1e-5)
-        assert close.mean() > 0.95 and np.abs(split_state[name] - value).max() <= 2 * lr * steps, name
+    assert_adam_close(split_state, state, lr, steps)
 
 
 @pytest.mark.slow
