@@ -111,6 +111,7 @@ def check_gpt2_runs_agree(devices: tuple[str, ...], ranks: list[dict]) -> None:
         assert_adam_close({k: v for k, v in found.items() if k != "losses"}, whole_weights, 3e-3, 5)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_gpt2_split_over_two_devices_one_device_and_two_processes_agree(tmp_path):
     check_gpt2_runs_agree(TWO, two_processes("gpt2", tmp_path, CUDA="0"))  # on the CPU, as the other two
 
@@ -165,6 +166,7 @@ def mnist_steps(devices: tuple[str, ...] | None, steps: int) -> tuple[list[float
     return losses, {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_mnist_model_split_over_two_devices_steps_as_one_device():
     """BatchNorm's statistics over a split batch are the whole batch's (a sum over the split axis all-reduces): the
     gradients are one device's on the whole batch, and so are the losses of the Adam steps. Adam moves an element
