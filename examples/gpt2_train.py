@@ -7,7 +7,8 @@ CUDA=1 GPUS=2 BATCH=8 python examples/gpt2_train.py    # data-parallel: BATCH wi
 CUDA=1 SHARD=1 GPUS=2 BATCH=8 python examples/gpt2_train.py   # the same in one process, the batch split by shard
 
 The tokens are the text's bytes (vocabulary 256), so any file trains and nothing is downloaded. The last tenth of the
-text is held out: its loss is printed at the end, beside a sample the model writes after the text's first bytes.
+text is held out: its loss is printed at the end, beside a sample the model writes after the text's first bytes
+(SAMPLE=64 bytes of it; SAMPLE=0: none).
 DTYPE=bfloat16 or float16 casts the model (weights, activations and AdamW's state); the loss is taken in float32.
 GPUS=N runs N processes through glassgrad's launcher, the model in DistributedDataParallel: every process draws the
 same N * BATCH windows a step and trains on its BATCH of them, so the losses printed (averaged over the processes)
@@ -129,8 +130,9 @@ def main() -> None:
     print(f"loss: first step {losses[0]:.3f}, last step {losses[-1]:.6f}, held-out text {held_out_loss:.3f}; "
           f"{rate:,.0f} tokens/s after step 2")  # fmt: skip
     prompt = list(data[:16])
-    sample = Generator(model).generate(prompt, min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt)))
-    print("sample:", bytes(prompt + sample).decode("utf-8", errors="replace"))
+    if (length := min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt))) > 0:
+        sample = Generator(model).generate(prompt, length)
+        print("sample:", bytes(prompt + sample).decode("utf-8", errors="replace"))
     if parallel:
         dist.destroy_process_group()
 
