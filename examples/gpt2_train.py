@@ -130,8 +130,8 @@ def main() -> None:
     print(f"loss: first step {losses[0]:.3f}, last step {losses[-1]:.6f}, held-out text {held_out_loss:.3f}; "
           f"{rate:,.0f} tokens/s after step 2")  # fmt: skip
     prompt = list(data[:16])
-    if (length := min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt))) > 0:
-        sample = Generator(model).generate(prompt, length)
+    if getenv("SAMPLE", 64) > 0:
+        sample = Generator(model).generate(prompt, min(getenv("SAMPLE", 64), cfg.n_ctx - len(prompt)))
         print("sample:", bytes(prompt + sample).decode("utf-8", errors="replace"))
     if parallel:
         dist.destroy_process_group()
