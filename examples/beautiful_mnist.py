@@ -3,10 +3,15 @@
 python examples/beautiful_mnist.py            # CPU; CUDA=1 or PYTHON=1 choose another device
 STEPS=100 BS=512 python examples/beautiful_mnist.py
 CUDA=1 GPUS=2 python examples/beautiful_mnist.py    # data-parallel: one process a GPU, BS images each per step
+CUDA=1 SHARD=1 GPUS=2 python examples/beautiful_mnist.py   # the same in one process, the batch split by shard
 
 GPUS=N starts N processes through glassgrad's launcher (python -m glassgrad.distributed.run; run under it, or under
 torchrun, the script joins that job instead); the model is wrapped in DistributedDataParallel, which averages the
 gradients over the processes (through NCCL on GPUs; without CUDA=1 the processes train on the CPU).
+SHARD=1 GPUS=N trains in one process instead: the model and the images copied onto N devices of the default
+device's kind (CUDA:0..N-1, or CPU:0..N-1 without CUDA=1), each step's N * BS samples split across them
+(Tensor.shard, glassgrad/nn/parallel.py). BatchNorm's statistics are then the whole batch's, so its steps are
+those of one device with BS=N*BS; under the launcher each process normalizes its own BS images, as PyTorch's DDP.
 """
 
 from __future__ import annotations
@@ -74,13 +79,20 @@ def main() -> float:
     if parallel:
         dist.init_process_group()  # NCCL on CUDA:LOCAL_RANK where the default device is CUDA
     rank = dist.get_rank() if parallel else 0
+    devices = nn.parallel.local_devices(getenv("GPUS", 1)) if getenv("SHARD", 0) and not parallel else None
     Tensor.manual_seed(getenv("SEED", 42) + rank)  # each process its own samples; DDP gives all rank 0's weights
     X_train, Y_train, X_test, Y_test = mnist()
     X_train, X_test = X_train.float() / 255.0, X_test.float() / 255.0
-    Tensor.realize(X_train, X_test)
     model = dist.DistributedDataParallel(Model()) if parallel else Model()
+    if devices is not None:  # every device holds the model and the images; each picks its part of the samples
+        nn.parallel.replicate(model, devices)
+        X_train, Y_train = X_train.to(devices), Y_train.to(devices)
+        split = 0 if X_test.shape[0] % len(devices) == 0 else None  # a split must be even: else a copy on each
+        X_test, Y_test = X_test.shard(devices, split), Y_test.shard(devices, split)
+    Tensor.realize(X_train, Y_train, X_test, Y_test)
     train_step = adam_train_step(model, X_train, Y_train)
     batch_size, steps = getenv("BS", 512), getenv("STEPS", 100)  # 100 steps of 512: about 98% on the test set
+    parts = len(devices) if devices else 1
 
     @TinyJit
     def test_accuracy() -> Tensor:
@@ -90,20 +102,25 @@ def main() -> float:
     accuracy, started = float("nan"), time.perf_counter()
     for step in range(1, steps + 1):
         GlobalCounters.reset()
-        samples = Tensor.randint(batch_size, high=X_train.shape[0])
+        samples = Tensor.randint(batch_size * parts, high=X_train.shape[0])
+        samples = samples if devices is None else samples.shard(devices, 0)
         loss = train_step(samples.contiguous().realize())
         if step % getenv("EVAL_EVERY", 35) == 0 or step == steps:  # the full 10,000 test images
             accuracy = test_accuracy().item()
         text = f"loss {loss.item():6.3f}  test accuracy {accuracy:5.2f}%"
+        if parallel:
+            text += f"  ({dist.get_world_size()} processes)"
+        elif devices is not None:
+            text += f"  ({len(devices)} devices, one process)"
         if rank == 0:
-            progress(step, steps, text + (f"  ({dist.get_world_size()} processes)" if parallel else ""), started)
+            progress(step, steps, text, started)
     if parallel:
         dist.destroy_process_group()
     return accuracy
 
 
 if __name__ == "__main__":
-    if getenv("GPUS", 1) > 1 and "RANK" not in os.environ:
+    if getenv("GPUS", 1) > 1 and "RANK" not in os.environ and not getenv("SHARD", 0):
         relaunch(getenv("GPUS", 1))
     final = main()
     if (target := getenv("TARGET_ACCURACY", 0.0)) and final < target:

@@ -3,7 +3,8 @@
 
 collectives: runs the cases of DIR/cases.json and saves each input and output to DIR/rank<r>.npz;
 errors: makes the mistakes test_distributed.py expects messages for, writing each message to DIR/<case>.<r>.txt;
-ddp: trains DIR/ddp.json's model on this rank's part of the batch, saving the losses and weights.
+ddp: trains DIR/ddp.json's model on this rank's part of the batch, saving the losses and weights;
+gpt2: trains a tiny GPT-2 with examples/gpt2_train.py's step on this rank's rows (test_data_parallel.py).
 """
 
 from __future__ import annotations
@@ -13,14 +14,18 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
 import numpy as np  # noqa: E402
+from gpt2_train import train_step  # noqa: E402
 
 import glassgrad.distributed as dist  # noqa: E402
 from glassgrad import Tensor, TinyJit, dtypes, nn  # noqa: E402
 from glassgrad.distributed.group import group  # noqa: E402
+from glassgrad.models.gpt2 import GPT2, GPT2Config  # noqa: E402
 
 
 def values(seed: int, shape: list[int], dtype: str) -> np.ndarray:
@@ -135,6 +140,35 @@ def accumulated_gradients(model, x: np.ndarray, y: np.ndarray, rank: int | None)
     return {k: t.grad for k, t in nn.state.get_state_dict(model).items()}
 
 
+TINY_GPT2 = GPT2Config(vocab_size=64, n_ctx=16, n_embd=32, n_layer=2, n_head=2)
+
+
+def train_gpt2(rows: slice, devices: tuple[str, ...] | None = None, steps: int = 5) -> tuple[list, GPT2, Any]:
+    """`steps` AdamW steps of examples/gpt2_train.py's TinyJit step on `rows` of each 4-row batch of TINY_GPT2:
+    in this process (split across `devices` where given) or, once init_process_group ran, as this rank of a
+    DistributedDataParallel job. The losses (of the whole batch), the model and its optimizer."""
+    rng = np.random.default_rng(5)
+    model = GPT2(TINY_GPT2).init_weights(0)
+    if devices is not None:
+        nn.parallel.replicate(model, devices)
+    across_processes = dist.is_initialized()
+    trained = dist.DistributedDataParallel(model) if across_processes else model
+    optimizer = nn.optim.AdamW(nn.state.get_parameters(model), lr=3e-3)
+    step = train_step(trained, optimizer, None, across_processes)
+    losses = []
+    for _ in range(steps):
+        x, y = (Tensor(rng.integers(0, TINY_GPT2.vocab_size, (4, 16), dtype=np.int32)[rows]) for _ in range(2))
+        losses.append(step(*((x, y) if devices is None else (x.shard(devices, 0), y.shard(devices, 0)))).item())
+    return losses, model, optimizer
+
+
+def gpt2(folder: pathlib.Path) -> None:
+    rank = dist.get_rank()
+    losses, model, _ = train_gpt2(slice(rank * 2, rank * 2 + 2))
+    weights = {k: v.numpy() for k, v in nn.state.get_state_dict(model).items()}
+    np.savez(folder / f"rank{rank}.npz", losses=np.array(losses), **weights)
+
+
 def errors(folder: pathlib.Path) -> None:
     rank = dist.get_rank()
     cases = {
@@ -172,5 +206,5 @@ def unused_parameter() -> None:
 if __name__ == "__main__":
     mode, where = sys.argv[1], pathlib.Path(sys.argv[2])
     dist.init_process_group(backend=os.environ.get("TEST_BACKEND", "cpu"), timeout=120.0)
-    {"collectives": collectives, "errors": errors, "ddp": ddp}[mode](where)
+    {"collectives": collectives, "errors": errors, "ddp": ddp, "gpt2": gpt2}[mode](where)
     dist.destroy_process_group()

@@ -134,17 +134,18 @@ class GPT2:
         if not (cache is None) == (pos is None) == (start_pos is None):
             raise ValueError("GPT2: pass a cache, a position and a bound start_pos Variable, or none of them")
         length = tokens.shape[1]
+        positions = Tensor.arange(length, device=tokens.device)  # on the tokens' device, or devices (Tensor.shard)
         if cache is None:
             if length > self.cfg.n_ctx:
                 raise ValueError(f"GPT2: {length} tokens do not fit the context of {self.cfg.n_ctx}")
-            query_pos = Tensor.arange(length)
+            query_pos = positions
         else:
             if length != 1 or len(cache) != self.cfg.n_layer or cache[0].shape[1] != tokens.shape[0]:
                 raise ValueError(f"GPT2: a cached step takes one token per sequence of the cache's batch "
                                  f"({cache[0].shape[1]}), got tokens of shape {tokens.shape}")  # fmt: skip
             query_pos = pos.reshape(1)
         # causal: a query sees keys up to its position (one cached query sees all start_pos + 1 keys it attends to)
-        mask = Tensor.arange(length).reshape(1, -1) <= query_pos.reshape(-1, 1) if cache is None else None
+        mask = positions.reshape(1, -1) <= query_pos.reshape(-1, 1) if cache is None else None
         x = self.wte(tokens) + self.wpe(query_pos)
         for i, block in enumerate(self.h):
             x = block(x, mask, None if cache is None else cache[i], pos, start_pos)

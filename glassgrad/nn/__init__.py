@@ -8,7 +8,7 @@ from glassgrad.backward_targets import parameter
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod
 from glassgrad.mixin.scatter_add import take_along
-from glassgrad.nn import datasets, optim, state  # noqa: F401  (tinygrad: nn.datasets, nn.optim, nn.state)
+from glassgrad.nn import datasets, optim, parallel, state  # noqa: F401  (tinygrad: nn.datasets, nn.optim, nn.state)
 from glassgrad.tensor import Tensor
 from glassgrad.tensor_checks import checked_index
 
