@@ -22,8 +22,23 @@ from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
-from glassgrad.engine.schedule_cache import Scheduled, Template, cached_schedule, cached_template, realized_now, renamed
+from glassgrad.engine.realize import (
+    RunPlan,
+    buffer_of,
+    kernel_flags,
+    run_schedule,
+    share_buffer,
+    timed_realize_summary,
+)
+from glassgrad.engine.schedule_cache import (
+    Realized,
+    Scheduled,
+    Template,
+    cached_schedule,
+    cached_template,
+    realized_now,
+    renamed,
+)
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
@@ -367,7 +382,7 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
         unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
                                 and final.base.src[0] in made}, tensors)  # fmt: skip
     try:
-        run_schedule(now.items, unused, var_vals)
+        run_plan(template.realized).run(now.bufs, unused, var_vals)
     except BaseException as error:
         scheduled = _scheduled(tensors, renamed(template, order, now.made))
         if isinstance(error, CheckFailed):
@@ -375,6 +390,13 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
         raise
     become(now.finals)
     _allocated(tensors)
+
+
+def run_plan(form: Realized) -> RunPlan:
+    """The realized form's run plan for the optimization flags of now (made at its first run under them)."""
+    if (plan := form.plans.get(flags := kernel_flags())) is None:
+        plan = form.plans[flags] = RunPlan(form.items, form.bufs)
+    return plan
 
 
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:

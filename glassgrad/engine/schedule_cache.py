@@ -16,7 +16,7 @@ replaced by its BUFFER, as a realize leaves the graphs once the kernels ran. A r
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT
@@ -65,12 +65,16 @@ class Renaming:
 class Realized:
     """A template's answer once its kernels have run, for a realize that needs no ASSIGN/KERNEL graph in between
     (one with no assign into an existing buffer): each mapping key's and root's node standing on the buffers
-    (`finals`, `roots`), the kernels (`items`), and how to rename all of them (`renaming`)."""
+    (`finals`, `roots`), the kernels (`items`) and the buffers they take (`bufs`, each once), and how to rename all
+    of them (`renaming`). `plans` keeps the items ready to run (engine/realize.py RunPlan), by the flags they were
+    compiled under."""
 
     finals: tuple[UOp, ...]
     roots: tuple[UOp, ...]
     items: tuple[ScheduleItem, ...]
+    bufs: tuple[UOp, ...]
     renaming: Renaming
+    plans: dict[tuple, object] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,8 @@ def _realized_form(answer: Scheduled, where: dict[UOp, int], order: list[UOp]) -
     ran = {assign: assign.src[0] for assign in answer.assigns}
     finals = tuple(ran[v] if v in ran else v.substitute(ran) for v in answer.mapping.values())
     roots = tuple(ran[r] if r in ran else r.substitute(ran) for r in answer.roots)
-    bufs = [buf for item in answer.items for buf in item.bufs]
-    return Realized(finals, roots, tuple(answer.items), _renaming((*finals, *roots, *bufs), where, order))
+    bufs = tuple(dict.fromkeys(buf for item in answer.items for buf in item.bufs))
+    return Realized(finals, roots, tuple(answer.items), bufs, _renaming((*finals, *roots, *bufs), where, order))
 
 
 def _renaming(nodes: tuple[UOp, ...], where: dict[UOp, int], order: list[UOp]) -> Renaming:
@@ -208,7 +212,7 @@ class RealizedNow:
 
     finals: dict[UOp, UOp]  # each node that gets a buffer -> that buffer (or a view of it)
     roots: list[UOp]
-    items: list[ScheduleItem]
+    bufs: list[UOp]  # the buffers its kernels take (the realized form's `bufs`, renamed)
     made: dict[UOp, UOp]  # the template's made UNIQUE leaves -> this graph's new ones
 
 
@@ -217,8 +221,7 @@ def realized_now(template: Template, order: list[UOp]) -> RealizedNow:
     form, made = template.realized, {}
     new = form.renaming.apply(order, made)
     finals = {order[i]: new.get(value, value) for i, value in zip(template.points, form.finals)}
-    items = [ScheduleItem(item.ast, tuple([new.get(b, b) for b in item.bufs])) for item in form.items]
-    return RealizedNow(finals, [new.get(r, r) for r in form.roots], items, made)
+    return RealizedNow(finals, [new.get(r, r) for r in form.roots], [new.get(b, b) for b in form.bufs], made)
 
 
 def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
