@@ -73,11 +73,12 @@ class CompiledKernel:
 
     def __call__(self, bufs: list[Buffer], wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
         spec = self.spec
-        # the Variables' values only to a kernel that takes some: a Program of a device registered before them (its
-        # __call__ without `vals`) runs every other kernel as it did (a missing value: lower_item checked)
-        given = {"vals": tuple(var_vals[v] for v in spec.vars)} if spec.vars else {}
-        return self.program(*(b.handle for b in bufs), global_size=spec.global_size, local_size=spec.local_size,
-                            wait=wait, **given)  # fmt: skip
+        handles = [b.handle for b in bufs]
+        if not spec.vars:  # a Program of a device registered before Variables (its __call__ without `vals`) runs
+            # every kernel without them as it did
+            return self.program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=wait)
+        vals = tuple([var_vals[v] for v in spec.vars])  # (a missing value: RunPlan and lower_item checked)
+        return self.program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=wait, vals=vals)
 
 
 # The kernels compiled in this process, the most recently used last. Past KERNEL_CACHE_SIZE the least recently used

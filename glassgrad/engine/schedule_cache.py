@@ -120,36 +120,53 @@ def shape_key(root: UOp) -> tuple:
 def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
     """The graph's nodes, each after its sources (a BUFFER as a leaf: its UNIQUE is its own, and its device is in
     its part), and their shape key: each node's op, dtype, arg and sources by position, every UNIQUE alike (a walk
-    meets them in the same order in graphs of the same shape, so position k is slot k), then the roots' positions.
-    Graphs that differ only in their buffers give equal keys, and no normalized twin is built for it (a hit's whole
-    cost is this one pass)."""
+    meets them in the same order in graphs of the same shape, so position k is slot k), then the roots' positions
+    and the NOOPT flag (NOOPT=1 also turns off kernelize's packing of large matmuls). Graphs that differ only in
+    their buffers give equal keys, and no normalized twin is built for it (a hit's whole cost is this one pass)."""
     order: list[UOp] = []
     position: dict[UOp, int] = {}  # (-1: met, not yet placed)
     parts: list = []
     for root in roots:
         if root in position:
             continue
-        position[root] = -1
-        stack = [(root, iter(() if root.op is Ops.BUFFER else root.src))]
-        while stack:
-            node, sources = stack[-1]
-            for s in sources:
-                if s not in position:
-                    position[s] = -1
-                    stack.append((s, iter(() if s.op is Ops.BUFFER else s.src)))
-                    break
-            else:
-                stack.pop()
-                position[node] = len(order)
-                order.append(node)
-                if node.op is Ops.UNIQUE:
-                    parts.append(None)
-                elif node.op is Ops.BUFFER:
-                    parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
-                else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
-                    parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
+        if root.op is Ops.BUFFER or not root.src:
+            _place(root, order, position, parts)
+        else:
+            position[root] = -1
+            _walk_from(root, order, position, parts)
     parts.append(tuple([position[r] for r in roots]))
+    parts.append(NOOPT.value)
     return order, tuple(parts)
+
+
+def _walk_from(root: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
+    """walk_with_key's depth-first pass from one root: a leaf is placed as it is met, without a turn on the stack
+    (most of an eager op's graph is leaves)."""
+    stack = [(root, iter(root.src))]
+    while stack:
+        node, sources = stack[-1]
+        for s in sources:
+            if s not in position:
+                if s.op is Ops.BUFFER or not s.src:
+                    _place(s, order, position, parts)
+                    continue
+                position[s] = -1
+                stack.append((s, iter(s.src)))
+                break
+        else:
+            stack.pop()
+            _place(node, order, position, parts)
+
+
+def _place(node: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
+    position[node] = len(order)
+    order.append(node)
+    if node.op is Ops.UNIQUE:
+        parts.append(None)
+    elif node.op is Ops.BUFFER:
+        parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
+    else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
+        parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
 
 
 def _template(order: list[UOp], graph: tuple[UOp, ...]) -> Template:
@@ -228,9 +245,8 @@ def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
     """The template for the roots' graph, from the cache when a graph of the same shape was kernelized before (else
     made and kept), and the graph's walk (its positions are what the template's answers are renamed by)."""
     order, key = walk_with_key(roots := tuple(roots))
-    key = (key, NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
     same_hash = _cache.get(digest := hash(key), [])
-    if (template := next((t for k, t in same_hash if k == key), None)) is None:
+    if (template := _same_key(same_hash, key)) is None:
         stats["misses"] += 1
         template = _template(order, roots)
         _cache[digest] = [*same_hash, (key, template)]
@@ -240,6 +256,13 @@ def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
         stats["hits"] += 1
     _cache.move_to_end(digest)
     return template, order
+
+
+def _same_key(entries: list[tuple[tuple, Template]], key: tuple) -> Template | None:
+    for k, template in entries:
+        if k == key:
+            return template
+    return None
 
 
 def cached_schedule(roots: list[UOp]) -> Scheduled:
