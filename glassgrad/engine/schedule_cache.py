@@ -120,9 +120,9 @@ def shape_key(root: UOp) -> tuple:
 def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
     """The graph's nodes, each after its sources (a BUFFER as a leaf: its UNIQUE is its own, and its device is in
     its part), and their shape key: each node's op, dtype, arg and sources by position, every UNIQUE alike (a walk
-    meets them in the same order in graphs of the same shape, so position k is slot k), then the roots' positions
-    and the NOOPT flag (NOOPT=1 also turns off kernelize's packing of large matmuls). Graphs that differ only in
-    their buffers give equal keys, and no normalized twin is built for it (a hit's whole cost is this one pass)."""
+    meets them in the same order in graphs of the same shape, so position k is slot k), then the roots' positions.
+    Graphs that differ only in their buffers give equal keys, and no normalized twin is built for it (a hit's whole
+    cost is this one pass)."""
     order: list[UOp] = []
     position: dict[UOp, int] = {}  # (-1: met, not yet placed)
     parts: list = []
@@ -135,7 +135,6 @@ def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
             position[root] = -1
             _walk_from(root, order, position, parts)
     parts.append(tuple([position[r] for r in roots]))
-    parts.append(NOOPT.value)
     return order, tuple(parts)
 
 
@@ -245,6 +244,7 @@ def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
     """The template for the roots' graph, from the cache when a graph of the same shape was kernelized before (else
     made and kept), and the graph's walk (its positions are what the template's answers are renamed by)."""
     order, key = walk_with_key(roots := tuple(roots))
+    key = (key, NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
     same_hash = _cache.get(digest := hash(key), [])
     if (template := _same_key(same_hash, key)) is None:
         stats["misses"] += 1
