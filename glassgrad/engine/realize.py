@@ -309,16 +309,18 @@ class RunPlan:
         var_vals = var_vals or {}
         for kernel in self.binding:
             check_bound(kernel, var_vals)
-        buffers = [buffer_of(node) for node in nodes] + self.fixed
+        buffers = [buffer_of(node) for node in nodes]
+        buffers += self.fixed
         for i in self.empty:
             buffers[i].ensure_allocated()
-        steps = [(runner, [buffers[i] for i in slots]) for runner, slots in self.steps]
         if intermediates:
             planned = {id(buffer_of(node)) for node in intermediates}
-            plan_memory([ExecItem(*step) for step in steps], kept=lambda b: id(b) not in planned)
+            steps = [ExecItem(runner, [buffers[i] for i in slots]) for runner, slots in self.steps]
+            plan_memory(steps, kept=lambda b: id(b) not in planned)
         capturing = captures()  # the TinyJit captures running in this thread
         try:
-            for runner, bufs in steps:
+            for runner, slots in self.steps:
+                bufs = [buffers[i] for i in slots]
                 run_step(runner, bufs, var_vals)
                 if capturing:
                     recorded = ExecItem(runner, bufs, _own_values(runner, var_vals))
