@@ -389,7 +389,8 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
             _failed(tensors, scheduled, error, unused)
         raise
     become(now.finals)
-    _allocated(tensors)
+    if template.realized.unwritten:  # (what the kernels wrote is allocated)
+        _allocated(tensors)
 
 
 def run_plan(form: Realized) -> RunPlan:

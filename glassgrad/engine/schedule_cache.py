@@ -66,14 +66,16 @@ class Realized:
     """A template's answer once its kernels have run, for a realize that needs no ASSIGN/KERNEL graph in between
     (one with no assign into an existing buffer): each mapping key's and root's node standing on the buffers
     (`finals`, `roots`), the kernels (`items`) and the buffers they take (`bufs`, each once), and how to rename all
-    of them (`renaming`). `plans` keeps the items ready to run (engine/realize.py RunPlan), by the flags they were
-    compiled under."""
+    of them (`renaming`); `unwritten`: whether a root stands on a buffer no kernel writes (Tensor.empty's, which a
+    realize must still allocate). `plans` keeps the items ready to run (engine/realize.py RunPlan), by the flags they
+    were compiled under."""
 
     finals: tuple[UOp, ...]
     roots: tuple[UOp, ...]
     items: tuple[ScheduleItem, ...]
     bufs: tuple[UOp, ...]
     renaming: Renaming
+    unwritten: bool
     plans: dict[tuple, object] = field(default_factory=dict, compare=False)
 
 
@@ -192,7 +194,10 @@ def _realized_form(answer: Scheduled, where: dict[UOp, int], order: list[UOp]) -
     finals = tuple(ran[v] if v in ran else v.substitute(ran) for v in answer.mapping.values())
     roots = tuple(ran[r] if r in ran else r.substitute(ran) for r in answer.roots)
     bufs = tuple(dict.fromkeys(buf for item in answer.items for buf in item.bufs))
-    return Realized(finals, roots, tuple(answer.items), bufs, _renaming((*finals, *roots, *bufs), where, order))
+    written = {item.bufs[0] for item in answer.items}
+    unwritten = any(root.base.op is Ops.BUFFER and root.base not in written for root in roots)
+    return Realized(finals, roots, tuple(answer.items), bufs, _renaming((*finals, *roots, *bufs), where, order),
+                    unwritten)  # fmt: skip
 
 
 def _renaming(nodes: tuple[UOp, ...], where: dict[UOp, int], order: list[UOp]) -> Renaming:
