@@ -89,7 +89,7 @@ class ElementwiseMixin:
         return x._broadcast_to(shape, op), y._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-        return self._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
+        return self._derived(self.uop.alu(op, *[o.uop for o in others]), self, *others)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to another dtype."""
