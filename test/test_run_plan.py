@@ -10,6 +10,7 @@ import pytest
 
 import glassgrad.engine.schedule_cache as cache
 from glassgrad import Tensor, TinyJit, Variable, dtypes
+from glassgrad.engine import realize
 from glassgrad.helpers import Context
 
 RNG = np.random.default_rng(7)
@@ -147,3 +148,17 @@ def test_intermediates_of_a_hit_share_memory_and_keep_values(device):
         want = e / e.sum(-1, keepdims=True)
         np.testing.assert_allclose(soft.numpy(), want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(total.item(), (want * 3).sum(), rtol=1e-5)
+
+
+def test_a_plan_lets_go_of_kernels_the_kernel_cache_forgets(device, monkeypatch):
+    monkeypatch.setattr(realize, "KERNEL_CACHE_SIZE", 2)  # (the kernel cache unloads what it forgets)
+    x = floats(5)
+    a = Tensor(x, device=device).realize()
+    (a + 1.5).realize()
+    first = plans_of(lambda: a + 1.5)[0]
+    for c in (2.5, 3.5, 4.5):  # three new kernels: the first is forgotten
+        np.testing.assert_allclose((a + c).realize().numpy(), x + c, rtol=1e-6)
+    assert first.stale and first.steps == ()  # it holds no kernel that the cache let go
+    np.testing.assert_allclose((a + 1.5).realize().numpy(), x + 1.5, rtol=1e-6)  # a new plan, compiled again
+    (now,) = plans_of(lambda: a + 1.5)
+    assert now is not first and not now.stale

@@ -23,15 +23,13 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.engine.checks import unaffected_by
 from glassgrad.engine.realize import (
-    RunPlan,
     buffer_of,
-    kernel_flags,
+    plan_for,
     run_schedule,
     share_buffer,
     timed_realize_summary,
 )
 from glassgrad.engine.schedule_cache import (
-    Realized,
     Scheduled,
     Template,
     cached_schedule,
@@ -382,7 +380,8 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
         unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
                                 and final.base.src[0] in made}, tensors)  # fmt: skip
     try:
-        run_plan(template.realized).run(now.bufs, unused, var_vals)
+        form = template.realized
+        plan_for(form.plans, form.items, form.bufs).run(now.bufs, unused, var_vals)
     except BaseException as error:
         scheduled = _scheduled(tensors, renamed(template, order, now.made))
         if isinstance(error, CheckFailed):
@@ -391,13 +390,6 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
     become(now.finals)
     if template.realized.unwritten:  # (what the kernels wrote is allocated)
         _allocated(tensors)
-
-
-def run_plan(form: Realized) -> RunPlan:
-    """The realized form's run plan for the optimization flags of now (made at its first run under them)."""
-    if (plan := form.plans.get(flags := kernel_flags())) is None:
-        plan = form.plans[flags] = RunPlan(form.items, form.bufs)
-    return plan
 
 
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:

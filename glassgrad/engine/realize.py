@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,7 @@ class CompiledKernel:
 
     def __init__(self, device: str, spec: ProgramSpec, program: Program):
         self.device, self.spec, self.program = device, spec, program
+        self.plans: weakref.WeakSet[RunPlan] = weakref.WeakSet()  # the run plans that call it
 
     def __call__(self, bufs: list[Buffer], wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
         spec = self.spec
@@ -111,7 +113,9 @@ def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
 def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
     _kernels[key] = kernel
     while len(_kernels) > KERNEL_CACHE_SIZE:
-        _kernels.popitem(last=False)
+        _, forgotten = _kernels.popitem(last=False)
+        for plan in list(forgotten.plans):  # (a plan must not keep it loaded)
+            plan.drop()
     return kernel
 
 
@@ -285,7 +289,7 @@ class RunPlan:
         self.flags, at = kernel_flags(), {node: i for i, node in enumerate(nodes)}
         work = [item for item in items if item.bufs[0].arg != 0]
         self.empty = tuple(at[item.bufs[0]] for item in items if item.bufs[0].arg == 0)  # nothing to compute or copy
-        kernels = iter(get_kernels([(item.bufs[0].device, item.ast) for item in work if item.ast.op is not Ops.COPY]))
+        kernels = iter(get_kernels([(item.bufs[0].device, item.ast) for item in _kernel_items(work)]))
         self.fixed: list[Buffer] = []  # buffers every run takes (error buffers), after the nodes' own
         steps = []
         for item in work:
@@ -295,8 +299,17 @@ class RunPlan:
                 slots.append(len(nodes) + self._fixed(error_buffer(runner.device)))
             steps.append((runner, tuple(slots)))
         self.steps: tuple[tuple[CompiledKernel | CopyRunner, tuple[int, ...]], ...] = tuple(steps)
-        self.binding = [r for r, _ in steps if isinstance(r, CompiledKernel) and r.spec.vars]  # take Variables
-        self.checking = [r for r, _ in steps if isinstance(r, CompiledKernel) and r.spec.checks]
+        kernels = [r for r, _ in steps if isinstance(r, CompiledKernel)]
+        self.binding = [k for k in kernels if k.spec.vars]  # the kernels that take Variables
+        self.checking = [k for k in kernels if k.spec.checks]
+        self.keys = [_kernel_key(k.device, item.ast, self.flags) for k, item in zip(kernels, _kernel_items(work))]
+        self.stale = False  # the kernel cache forgot a kernel of it: made again at its next use (plan_for)
+        for kernel in kernels:
+            kernel.plans.add(self)
+
+    def drop(self) -> None:
+        """Let go of the kernels (the kernel cache forgot one: it must be unloadable); plan_for makes a new plan."""
+        self.stale, self.steps, self.binding, self.checking = True, (), [], []
 
     def _fixed(self, buffer: Buffer) -> int:
         if buffer not in self.fixed:
@@ -329,6 +342,24 @@ class RunPlan:
         finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
             if self.checking:
                 raise_failed_checks(self.checking)
+
+
+def _kernel_items(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    return [item for item in items if item.ast.op is not Ops.COPY]
+
+
+def plan_for(plans: dict[tuple, RunPlan], items: Sequence[ScheduleItem], nodes: Sequence[UOp]) -> RunPlan:
+    """The run plan of these items kept in `plans` for the optimization flags of now: made where there is none yet
+    or the kernel cache forgot a kernel of it; else its kernels count as used now (the cache keeps the recent)."""
+    if (plan := plans.get(flags := kernel_flags())) is not None and not plan.stale:
+        try:
+            for key in plan.keys:
+                _kernels.move_to_end(key)
+            return plan
+        except KeyError:  # the cache was emptied (a test's fresh start)
+            pass
+    plan = plans[flags] = RunPlan(items, nodes)
+    return plan
 
 
 def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset(),
