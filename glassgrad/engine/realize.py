@@ -289,11 +289,11 @@ class RunPlan:
         self.flags, at = kernel_flags(), {node: i for i, node in enumerate(nodes)}
         work = [item for item in items if item.bufs[0].arg != 0]
         self.empty = tuple(at[item.bufs[0]] for item in items if item.bufs[0].arg == 0)  # nothing to compute or copy
-        kernels = iter(get_kernels([(item.bufs[0].device, item.ast) for item in _kernel_items(work)]))
+        compiled = iter(get_kernels([(item.bufs[0].device, item.ast) for item in _kernel_items(work)]))
         self.fixed: list[Buffer] = []  # buffers every run takes (error buffers), after the nodes' own
         steps = []
         for item in work:
-            runner = CopyRunner(item.ast.arg[1]) if item.ast.op is Ops.COPY else next(kernels)
+            runner = CopyRunner(item.ast.arg[1]) if item.ast.op is Ops.COPY else next(compiled)
             slots = [at[b] for b in item.bufs]
             if isinstance(runner, CompiledKernel) and runner.spec.checks:
                 slots.append(len(nodes) + self._fixed(error_buffer(runner.device)))
