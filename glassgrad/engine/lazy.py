@@ -22,8 +22,21 @@ from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
 from glassgrad.engine.checks import unaffected_by
-from glassgrad.engine.realize import buffer_of, run_schedule, share_buffer, timed_realize_summary
-from glassgrad.engine.schedule_cache import Scheduled, Template, cached_schedule, cached_template, realized_now, renamed
+from glassgrad.engine.realize import (
+    buffer_of,
+    plan_for,
+    run_schedule,
+    share_buffer,
+    timed_realize_summary,
+)
+from glassgrad.engine.schedule_cache import (
+    Scheduled,
+    Template,
+    cached_schedule,
+    cached_template,
+    realized_now,
+    renamed,
+)
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
@@ -367,14 +380,16 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
         unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER
                                 and final.base.src[0] in made}, tensors)  # fmt: skip
     try:
-        run_schedule(now.items, unused, var_vals)
+        form = template.realized
+        plan_for(form.plans, form.items, form.bufs).run(now.bufs, unused, var_vals)
     except BaseException as error:
         scheduled = _scheduled(tensors, renamed(template, order, now.made))
         if isinstance(error, CheckFailed):
             _failed(tensors, scheduled, error, unused)
         raise
     become(now.finals)
-    _allocated(tensors)
+    if template.realized.unwritten:  # (what the kernels wrote is allocated)
+        _allocated(tensors)
 
 
 def _realized(tensors: Sequence[Tensor], scheduled: Scheduled, ran: list[UOp]) -> None:

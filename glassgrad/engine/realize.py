@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -66,14 +67,16 @@ class CompiledKernel:
 
     def __init__(self, device: str, spec: ProgramSpec, program: Program):
         self.device, self.spec, self.program = device, spec, program
+        self.plans: weakref.WeakSet[RunPlan] = weakref.WeakSet()  # the run plans that call it
 
     def __call__(self, bufs: list[Buffer], wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
         spec = self.spec
-        # the Variables' values only to a kernel that takes some: a Program of a device registered before them (its
-        # __call__ without `vals`) runs every other kernel as it did (a missing value: lower_item checked)
-        given = {"vals": tuple(var_vals[v] for v in spec.vars)} if spec.vars else {}
-        return self.program(*(b.handle for b in bufs), global_size=spec.global_size, local_size=spec.local_size,
-                            wait=wait, **given)  # fmt: skip
+        handles = [b.handle for b in bufs]
+        if not spec.vars:  # a Program of a device registered before Variables (its __call__ without `vals`) runs
+            # every kernel without them as it did
+            return self.program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=wait)
+        vals = tuple([var_vals[v] for v in spec.vars])  # (a missing value: RunPlan and lower_item checked)
+        return self.program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=wait, vals=vals)
 
 
 # The kernels compiled in this process, the most recently used last. Past KERNEL_CACHE_SIZE the least recently used
@@ -91,7 +94,7 @@ def get_kernel(device: str, ast: UOp) -> CompiledKernel:
 def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
     """The compiled kernel of each (device, AST): those made before found by one lookup each, the others made
     together (compile_ahead)."""
-    flags = _flags()
+    flags = kernel_flags()
     keys = [_kernel_key(device, ast, flags) for device, ast in kernels]
     found = [_kernels.get(key) for key in keys]
     if None in found:
@@ -106,7 +109,9 @@ def get_kernels(kernels: list[tuple[str, UOp]]) -> list[CompiledKernel]:
 def _keep(key: tuple, kernel: CompiledKernel) -> CompiledKernel:
     _kernels[key] = kernel
     while len(_kernels) > KERNEL_CACHE_SIZE:
-        _kernels.popitem(last=False)
+        _, forgotten = _kernels.popitem(last=False)
+        for plan in list(forgotten.plans):  # (a plan must not keep it loaded)
+            plan.drop()
     return kernel
 
 
@@ -145,13 +150,13 @@ def _specs_and_binaries(todo: dict[tuple, tuple[str, UOp]]) -> tuple[dict, dict[
         return specs, {found: future.result() for found, future in pending.items()}
 
 
-def _flags() -> tuple[int, int, int]:
+def kernel_flags() -> tuple[int, int, int]:
     # the flags choose the optimizations (TF32: whether a float32 product may run as TF32), so each gets its own program
     return NOOPT.value, BEAM.value, TF32.value
 
 
 def _kernel_key(device: str, ast: UOp, flags: tuple[int, int, int] | None = None) -> tuple:
-    return (device, ast, *(_flags() if flags is None else flags))
+    return (device, ast, *(kernel_flags() if flags is None else flags))
 
 
 def _cached_spec(key: tuple, device: str, ast: UOp) -> ProgramSpec:
@@ -227,17 +232,21 @@ class ExecItem:
     def run(self, var_vals: dict[UOp, int] | None = None) -> None:
         """Run on this item's buffers (a TinyJit replay puts its inputs into them first), with its Variables' values
         (a replay's own, where given)."""
-        if not isinstance(self.runner, CompiledKernel):  # a copy or a collective: no kernel to count
-            self.runner(self.bufs, wait=DEBUG.value >= 2)
-            return
-        # (a buffer is allocated when its handle is read)
-        seconds = self.runner(self.bufs, DEBUG.value >= 2, self.var_vals if var_vals is None else var_vals)
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += self.runner.spec.ops
-        GlobalCounters.global_mem += self.runner.spec.mem
-        if seconds is not None:
-            GlobalCounters.time_sum_s += seconds
-            kernel_ran(self.runner.device, self.runner.spec, seconds)
+        run_step(self.runner, self.bufs, self.var_vals if var_vals is None else var_vals)
+
+
+def run_step(runner: CompiledKernel | Runner, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+    """Run a kernel, a copy or a collective on its buffers; a kernel is counted (and timed under DEBUG=2)."""
+    if not isinstance(runner, CompiledKernel):  # a copy or a collective: no kernel to count
+        runner(bufs, wait=DEBUG.value >= 2)
+        return
+    seconds = runner(bufs, DEBUG.value >= 2, var_vals)  # (a buffer is allocated when its handle is read)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += runner.spec.ops
+    GlobalCounters.global_mem += runner.spec.mem
+    if seconds is not None:
+        GlobalCounters.time_sum_s += seconds
+        kernel_ran(runner.device, runner.spec, seconds)
 
 
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: dict[UOp, int] | None = None
@@ -245,21 +254,28 @@ def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: d
     """The ExecItem of a schedule item: a copy, or its kernel compiled for the output's device (with the values of
     its Variables, from `var_vals`)."""
     bufs = bufs or [buffer_of(b) for b in item.bufs]
-    kernel = get_kernel(bufs[0].device, item.ast) if item.ast.op is not Ops.COPY else None
-    return _exec_item(item, bufs, kernel, var_vals)
-
-
-def _exec_item(item: ScheduleItem, bufs: list[Buffer], kernel: CompiledKernel | None,
-               var_vals: dict[UOp, int] | None = None) -> ExecItem:  # fmt: skip
-    if kernel is None:
+    if item.ast.op is Ops.COPY:
         return ExecItem(CopyRunner(item.ast.arg[1]), bufs)
-    if missing := [v.arg[0] for v in kernel.spec.vars if v not in (var_vals or {})]:
+    kernel = get_kernel(bufs[0].device, item.ast)
+    check_bound(kernel, var_vals or {})
+    return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs,
+                    _own_values(kernel, var_vals or {}))  # fmt: skip
+
+
+def check_bound(kernel: CompiledKernel, var_vals: dict[UOp, int]) -> None:
+    """An UnboundVariableError unless every Variable the kernel takes has a value."""
+    if missing := [v.arg[0] for v in kernel.spec.vars if v not in var_vals]:
         raise UnboundVariableError(
             f"realize: kernel {kernel.spec.name} needs the value of Variable "
             f"{', '.join(missing)}, which no shape bound; bind it with .bind(value)"
         )
-    own = {v: var_vals[v] for v in kernel.spec.vars} if kernel.spec.vars else None
-    return ExecItem(kernel, [*bufs, error_buffer(kernel.device)] if kernel.spec.checks else bufs, own)
+
+
+def _own_values(runner: CompiledKernel | Runner, var_vals: dict[UOp, int]) -> dict[UOp, int] | None:
+    """The values of the Variables a kernel takes (what a TinyJit capture keeps of a run's)."""
+    if not isinstance(runner, CompiledKernel) or not runner.spec.vars:
+        return None
+    return {v: var_vals[v] for v in runner.spec.vars}
 
 
 def checking_kernels(items: list[ExecItem]) -> list[CompiledKernel]:
@@ -267,33 +283,96 @@ def checking_kernels(items: list[ExecItem]) -> list[CompiledKernel]:
     return [item.runner for item in items if isinstance(item.runner, CompiledKernel) and item.runner.spec.checks]
 
 
+class RunPlan:
+    """A schedule's steps, ready to run on any buffers that stand where its own stand: each kernel compiled (under
+    the optimization flags `flags`) or copy, with the positions of the buffers it takes in the list a run gets (the
+    `nodes` it was made for, then the error buffer of a kernel that checks values). The schedule cache keeps one per
+    realized template: a hit binds its own buffers and calls the kernels, with no lookup or item built per kernel."""
+
+    def __init__(self, items: Sequence[ScheduleItem], nodes: Sequence[UOp]):
+        self.flags, at = kernel_flags(), {node: i for i, node in enumerate(nodes)}
+        work = [item for item in items if item.bufs[0].arg != 0]
+        self.empty = tuple(at[item.bufs[0]] for item in items if item.bufs[0].arg == 0)  # nothing to compute or copy
+        compiled = iter(get_kernels([(item.bufs[0].device, item.ast) for item in _kernel_items(work)]))
+        self.fixed: list[Buffer] = []  # buffers every run takes (error buffers), after the nodes' own
+        steps = []
+        for item in work:
+            runner = CopyRunner(item.ast.arg[1]) if item.ast.op is Ops.COPY else next(compiled)
+            slots = [at[b] for b in item.bufs]
+            if isinstance(runner, CompiledKernel) and runner.spec.checks:
+                slots.append(len(nodes) + self._fixed(error_buffer(runner.device)))
+            steps.append((runner, tuple(slots)))
+        self.steps: tuple[tuple[CompiledKernel | CopyRunner, tuple[int, ...]], ...] = tuple(steps)
+        kernels = [r for r, _ in steps if isinstance(r, CompiledKernel)]
+        self.binding = [k for k in kernels if k.spec.vars]  # the kernels that take Variables
+        self.checking = [k for k in kernels if k.spec.checks]
+        self.keys = [_kernel_key(k.device, item.ast, self.flags) for k, item in zip(kernels, _kernel_items(work))]
+        self.stale = False  # the kernel cache forgot a kernel of it: made again at its next use (plan_for)
+        for kernel in kernels:
+            kernel.plans.add(self)
+
+    def drop(self) -> None:
+        """Let go of the kernels (the kernel cache forgot one: it must be unloadable); plan_for makes a new plan."""
+        self.stale, self.steps, self.binding, self.checking = True, (), [], []
+
+    def _fixed(self, buffer: Buffer) -> int:
+        if buffer not in self.fixed:
+            self.fixed.append(buffer)
+        return self.fixed.index(buffer)
+
+    def run(self, nodes: Sequence[UOp], intermediates: set[UOp] = frozenset(),
+            var_vals: dict[UOp, int] | None = None) -> None:  # fmt: skip
+        """Run the steps on these BUFFER nodes' buffers (in the order of the plan's own); see run_schedule."""
+        var_vals = var_vals or {}
+        for kernel in self.binding:
+            check_bound(kernel, var_vals)
+        buffers = [buffer_of(node) for node in nodes]
+        buffers += self.fixed
+        for i in self.empty:
+            buffers[i].ensure_allocated()
+        if intermediates:
+            planned = {id(buffer_of(node)) for node in intermediates}
+            steps = [ExecItem(runner, [buffers[i] for i in slots]) for runner, slots in self.steps]
+            plan_memory(steps, kept=lambda b: id(b) not in planned)
+        capturing = captures()  # the TinyJit captures running in this thread
+        try:
+            for runner, slots in self.steps:
+                bufs = [buffers[i] for i in slots]
+                run_step(runner, bufs, var_vals)
+                if capturing:
+                    recorded = ExecItem(runner, bufs, _own_values(runner, var_vals))
+                    for captured in capturing:
+                        captured.append(recorded)
+        finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
+            if self.checking:
+                raise_failed_checks(self.checking)
+
+
+def _kernel_items(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    return [item for item in items if item.ast.op is not Ops.COPY]
+
+
+def plan_for(plans: dict[tuple, RunPlan], items: Sequence[ScheduleItem], nodes: Sequence[UOp]) -> RunPlan:
+    """The run plan of these items kept in `plans` for the optimization flags of now: made where there is none yet
+    or the kernel cache forgot a kernel of it; else its kernels count as used now (the cache keeps the recent)."""
+    if (plan := plans.get(flags := kernel_flags())) is not None and not plan.stale:
+        try:
+            for key in plan.keys:
+                _kernels.move_to_end(key)
+            return plan
+        except KeyError:  # the cache was emptied (a test's fresh start)
+            pass
+    plan = plans[flags] = RunPlan(items, nodes)
+    return plan
+
+
 def run_schedule(schedule: list[ScheduleItem], intermediates: set[UOp] = frozenset(),
                  var_vals: dict[UOp, int] | None = None) -> None:  # fmt: skip
     """Run each item in order: copies move bytes, kernels run compiled programs (given the values of their
     Variables, `var_vals`). The buffers of `intermediates` (BUFFER nodes nothing reads after this run) may share
     memory where their lifetimes don't overlap."""
-    work = []
-    for item in schedule:
-        bufs = [buffer_of(b) for b in item.bufs]
-        if item.bufs[0].arg == 0:  # an empty output: nothing to compute or copy
-            bufs[0].ensure_allocated()
-            continue
-        work.append((item, bufs))
-    kernels = iter(get_kernels([(bufs[0].device, item.ast) for item, bufs in work if item.ast.op is not Ops.COPY]))
-    items = [_exec_item(item, bufs, next(kernels) if item.ast.op is not Ops.COPY else None, var_vals)
-             for item, bufs in work]  # fmt: skip
-    if intermediates:
-        planned = {id(buffer_of(node)) for node in intermediates}
-        plan_memory(items, kept=lambda b: id(b) not in planned)
-    capturing = captures()  # the TinyJit captures running in this thread
-    try:
-        for exec_item in items:
-            exec_item.run()
-            for captured in capturing:
-                captured.append(exec_item)
-    finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
-        if checking := checking_kernels(items):
-            raise_failed_checks(checking)
+    nodes = list(dict.fromkeys(b for item in schedule for b in item.bufs))
+    RunPlan(schedule, nodes).run(nodes, intermediates, var_vals)
 
 
 def timed_realize_summary(start: float, kernels_before: int) -> None:

@@ -16,7 +16,7 @@ replaced by its BUFFER, as a realize leaves the graphs once the kernels ran. A r
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT
@@ -65,12 +65,18 @@ class Renaming:
 class Realized:
     """A template's answer once its kernels have run, for a realize that needs no ASSIGN/KERNEL graph in between
     (one with no assign into an existing buffer): each mapping key's and root's node standing on the buffers
-    (`finals`, `roots`), the kernels (`items`), and how to rename all of them (`renaming`)."""
+    (`finals`, `roots`), the kernels (`items`) and the buffers they take (`bufs`, each once), and how to rename all
+    of them (`renaming`); `unwritten`: whether a root stands on a buffer no kernel writes (Tensor.empty's, which a
+    realize must still allocate). `plans` keeps the items ready to run (engine/realize.py RunPlan), by the flags they
+    were compiled under."""
 
     finals: tuple[UOp, ...]
     roots: tuple[UOp, ...]
     items: tuple[ScheduleItem, ...]
+    bufs: tuple[UOp, ...]
     renaming: Renaming
+    unwritten: bool
+    plans: dict[tuple, object] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -125,27 +131,43 @@ def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
     for root in roots:
         if root in position:
             continue
-        position[root] = -1
-        stack = [(root, iter(() if root.op is Ops.BUFFER else root.src))]
-        while stack:
-            node, sources = stack[-1]
-            for s in sources:
-                if s not in position:
-                    position[s] = -1
-                    stack.append((s, iter(() if s.op is Ops.BUFFER else s.src)))
-                    break
-            else:
-                stack.pop()
-                position[node] = len(order)
-                order.append(node)
-                if node.op is Ops.UNIQUE:
-                    parts.append(None)
-                elif node.op is Ops.BUFFER:
-                    parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
-                else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
-                    parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
+        if root.op is Ops.BUFFER or not root.src:
+            _place(root, order, position, parts)
+        else:
+            position[root] = -1
+            _walk_from(root, order, position, parts)
     parts.append(tuple([position[r] for r in roots]))
     return order, tuple(parts)
+
+
+def _walk_from(root: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
+    """walk_with_key's depth-first pass from one root: a leaf is placed as it is met, without a turn on the stack
+    (most of an eager op's graph is leaves)."""
+    stack = [(root, iter(root.src))]
+    while stack:
+        node, sources = stack[-1]
+        for s in sources:
+            if s not in position:
+                if s.op is Ops.BUFFER or not s.src:
+                    _place(s, order, position, parts)
+                    continue
+                position[s] = -1
+                stack.append((s, iter(s.src)))
+                break
+        else:
+            stack.pop()
+            _place(node, order, position, parts)
+
+
+def _place(node: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
+    position[node] = len(order)
+    order.append(node)
+    if node.op is Ops.UNIQUE:
+        parts.append(None)
+    elif node.op is Ops.BUFFER:
+        parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
+    else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
+        parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
 
 
 def _template(order: list[UOp], graph: tuple[UOp, ...]) -> Template:
@@ -171,8 +193,11 @@ def _realized_form(answer: Scheduled, where: dict[UOp, int], order: list[UOp]) -
     ran = {assign: assign.src[0] for assign in answer.assigns}
     finals = tuple(ran[v] if v in ran else v.substitute(ran) for v in answer.mapping.values())
     roots = tuple(ran[r] if r in ran else r.substitute(ran) for r in answer.roots)
-    bufs = [buf for item in answer.items for buf in item.bufs]
-    return Realized(finals, roots, tuple(answer.items), _renaming((*finals, *roots, *bufs), where, order))
+    bufs = tuple(dict.fromkeys(buf for item in answer.items for buf in item.bufs))
+    written = {item.bufs[0] for item in answer.items}
+    unwritten = any(root.base.op is Ops.BUFFER and root.base not in written for root in roots)
+    return Realized(finals, roots, tuple(answer.items), bufs, _renaming((*finals, *roots, *bufs), where, order),
+                    unwritten)  # fmt: skip
 
 
 def _renaming(nodes: tuple[UOp, ...], where: dict[UOp, int], order: list[UOp]) -> Renaming:
@@ -208,7 +233,7 @@ class RealizedNow:
 
     finals: dict[UOp, UOp]  # each node that gets a buffer -> that buffer (or a view of it)
     roots: list[UOp]
-    items: list[ScheduleItem]
+    bufs: list[UOp]  # the buffers its kernels take (the realized form's `bufs`, renamed)
     made: dict[UOp, UOp]  # the template's made UNIQUE leaves -> this graph's new ones
 
 
@@ -217,8 +242,7 @@ def realized_now(template: Template, order: list[UOp]) -> RealizedNow:
     form, made = template.realized, {}
     new = form.renaming.apply(order, made)
     finals = {order[i]: new.get(value, value) for i, value in zip(template.points, form.finals)}
-    items = [ScheduleItem(item.ast, tuple([new.get(b, b) for b in item.bufs])) for item in form.items]
-    return RealizedNow(finals, [new.get(r, r) for r in form.roots], items, made)
+    return RealizedNow(finals, [new.get(r, r) for r in form.roots], [new.get(b, b) for b in form.bufs], made)
 
 
 def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
@@ -227,7 +251,7 @@ def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
     order, key = walk_with_key(roots := tuple(roots))
     key = (key, NOOPT.value)  # NOOPT=1 also turns off kernelize's packing of large matmuls
     same_hash = _cache.get(digest := hash(key), [])
-    if (template := next((t for k, t in same_hash if k == key), None)) is None:
+    if (template := _same_key(same_hash, key)) is None:
         stats["misses"] += 1
         template = _template(order, roots)
         _cache[digest] = [*same_hash, (key, template)]
@@ -237,6 +261,13 @@ def cached_template(roots: list[UOp]) -> tuple[Template, list[UOp]]:
         stats["hits"] += 1
     _cache.move_to_end(digest)
     return template, order
+
+
+def _same_key(entries: list[tuple[tuple, Template]], key: tuple) -> Template | None:
+    for k, template in entries:
+        if k == key:
+            return template
+    return None
 
 
 def cached_schedule(roots: list[UOp]) -> Scheduled:

@@ -68,28 +68,28 @@ class ElementwiseMixin:
 
     def _binary_operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands as tensors of one dtype and one broadcast shape."""
-        if isinstance(other, ElementwiseMixin):
-            if other.device != self.device:
+        if isinstance(other, ElementwiseMixin):  # (read from the nodes: every op of every model passes here)
+            if other.uop.device != self.uop.device:
                 raise ArgumentError(f"{op}: tensors are on different devices: {self.device} and {other.device}; "
                                     "move one with .to()")  # fmt: skip
-            dtype = promote_types(self.dtype, other.dtype)
+            dtype = self.uop.dtype if self.uop.dtype is other.uop.dtype else promote_types(self.dtype, other.dtype)
         elif isinstance(other, (bool, int, float)):
             dtype = result_type_with_scalar(self.dtype, other)
             other = type(self)(other, device=self.device, dtype=dtype)
         else:
             raise TypeError(f"{op}: unsupported operand type {type(other).__name__}")
         x, y = (other, self) if reverse else (self, other)
-        if x.dtype is not dtype:  # (the common case, both of one dtype and shape, calls nothing more)
+        if x.uop.dtype is not dtype:  # (the common case, both of one dtype and shape, calls nothing more)
             x = x.cast(dtype)
-        if y.dtype is not dtype:
+        if y.uop.dtype is not dtype:
             y = y.cast(dtype)
-        if (shape := x.shape) == y.shape:
+        if (shape := x.uop.shape) == y.uop.shape:
             return x, y
         shape = broadcast_shape(shape, y.shape, op)
         return x._broadcast_to(shape, op), y._broadcast_to(shape, op)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-        return self._derived(self.uop.alu(op, *(o.uop for o in others)), self, *others)
+        return self._derived(self.uop.alu(op, *[o.uop for o in others]), self, *others)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to another dtype."""

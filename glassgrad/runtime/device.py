@@ -175,12 +175,10 @@ class Buffer:
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
+        self.nbytes = size * dtype.itemsize
         self._handle: Any = None
         self._base: Buffer | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        self._allocator: Allocator | None = None  # the one that allocated it (its device's), which frees it
 
     @property
     def allocated(self) -> bool:
@@ -198,7 +196,8 @@ class Buffer:
             self._base.ensure_allocated()
         elif self._handle is None:
             try:
-                self._handle = Device[self.device].allocator.alloc(self.nbytes)
+                self._allocator = Device[self.device].allocator
+                self._handle = self._allocator.alloc(self.nbytes)
             except (MemoryError, OverflowError, OSError) as e:  # OSError: a mapping refused (ENOMEM); others rise
                 if isinstance(e, OSError) and e.errno != errno.ENOMEM:
                     raise
@@ -246,7 +245,7 @@ class Buffer:
     def _free(self) -> None:
         if self._handle is not None:
             GlobalCounters.mem_used -= self.nbytes
-            Device[self.device].allocator.free(self._handle, self.nbytes)
+            self._allocator.free(self._handle, self.nbytes)
             self._handle = None
 
     def __del__(self):

@@ -278,6 +278,8 @@ class CUDAProgram(Program):
         cu("cuModuleLoadData", ctypes.byref(self.module), binary)
         cu("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
         self.shared_bytes = self._dynamic_shared_bytes()
+        self._last_launch: tuple | None = None  # the arguments of the last launch, and what it passed the driver
+        self._launch: tuple = ()
         if self.shared_bytes:  # beyond 48 KB a kernel must ask for it
             cu("cuFuncSetAttribute", self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
 
@@ -293,8 +295,11 @@ class CUDAProgram(Program):
     def __call__(self, *bufs: int, global_size: tuple[int, ...] | None = None,
                  local_size: tuple[int, ...] | None = None, wait: bool = False, vals: tuple[int, ...] = ()
                  ) -> float | None:  # fmt: skip
-        grid, block = launch_dims(global_size, local_size)
-        args, params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
+        if (launch := (bufs, vals, global_size, local_size)) != self._last_launch:  # made again only when they
+            # change: an eager op's next call gets the same allocations back from the allocator's kept ones
+            params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
+            self._last_launch, self._launch = launch, (*launch_dims(global_size, local_size), params)
+        grid, block, (_, params) = self._launch  # (the driver copies the arguments at the launch)
         self.device.activate()
         with EventTimer(wait) as timer:
             cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, params, None)

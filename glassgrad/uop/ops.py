@@ -186,6 +186,8 @@ class UOp(BinaryOperators):
         """The device a Tensor-level node lives on."""
         if self.op is Ops.DEVICE:
             return self.arg
+        if self.op is Ops.BUFFER:  # (UNIQUE, DEVICE): every new buffer asks, and its UNIQUE needs no device of its own
+            return self.src[1].arg
         if self.op is Ops.COPY:
             return self.src[1].arg
         if self.op is Ops.MULTI:
