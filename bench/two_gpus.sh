@@ -27,12 +27,15 @@ run() {  # run NAME SECONDS COMMAND...: the command's output to $OUT/NAME.txt, i
 
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader > "$OUT/gpus.txt" 2>&1
 
-# the tests at the same time (nothing in them is timed; ports are free ones): 60 s
+# the tests at the same time (nothing in them is timed; ports are free ones): 60 s; TESTS=0 skips them (a run of
+# the whole suite on the same machine has them)
+if [ "${TESTS:-1}" != 0 ]; then
 run test_distributed_gpu 60 $PY -m pytest -q -p no:cacheprovider test/test_distributed_gpu.py &
 run test_nccl_ctypes 60 $PY -m pytest -q -p no:cacheprovider test/test_nccl_ctypes.py &
 run test_shard 60 env CUDA=1 $PY -m pytest -q -p no:cacheprovider -n 4 test/test_shard.py -k "CUDA" &
 run test_data_parallel 60 $PY -m pytest -q -p no:cacheprovider test/test_data_parallel.py -k "gpus" &
 wait
+fi
 
 # one at a time from here (timed): 60 + 230 + 70 s
 run allreduce_glassgrad 30 $PY -m glassgrad.distributed.run --nproc-per-node 2 bench/allreduce.py
