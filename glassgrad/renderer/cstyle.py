@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from glassgrad.dtype import FP8_FORMATS, STORED_AS_BITS, DType, PtrDType, dtypes
 from glassgrad.renderer import Renderer
+from glassgrad.renderer.attention import AttentionSpec, c_tasks, render_c_attention
 from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
@@ -531,6 +532,11 @@ class CRenderer(CStyleRenderer):
     vector_lanes = (2, 4, 8, 16)
     packs_panels = True
     buffers_windows = True
+    fused_attention = True
+
+    def render_attention(self, name: str, spec: AttentionSpec) -> tuple[str, tuple[int, ...], None]:
+        """The CPU's fused attention kernel: threads split its tasks, a batch entry and block of query rows each."""
+        return render_c_attention(self, name, spec), (c_tasks(spec),), None
 
     def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
                           scalars: list[str | None]) -> str:  # fmt: skip

@@ -1,0 +1,185 @@
+"""Fused attention kernels as a renderer writes them whole: what the kernel computes (`AttentionSpec`, which
+codegen/attention.py reads off an ATTENTION kernel's AST), the C that both dialects share, and the CPU's kernel.
+
+For each (batch entry, query row i) the kernel runs an online softmax over the keys, a block of them at a time: the
+running max m, the running sum l of exp(s - m) and the accumulator acc of exp(s - m) * v, all float32, rescaled by
+exp(m_old - m_new) as m grows. It writes out = acc / l and the row's logsumexp m + log(l) (the backward's), into one
+float32 buffer: every row's outputs first, then every row's logsumexp. A row whose keys are all masked gives 0 and a
+logsumexp of -inf. A score is q.k * scale, plus a float mask's value; a false bool mask, a key past i when causal (the
+mask tril(ones(L, S)): key j <= row i) make it -inf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from glassgrad.dtype import DType, dtypes
+from glassgrad.helpers import prod
+from glassgrad.uop.ops import Ops, UOp
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An input as it lies in memory: element (batch b, row, col) at offset + b's batch strides + row * row_stride +
+    col * col_stride (a matrix of the batch: q's (L, E), k's (S, E), v's (S, Ev), the mask's (L, S))."""
+
+    dtype: DType
+    offset: int
+    batch_strides: tuple[int, ...]
+    row_stride: int
+    col_stride: int
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One fused attention kernel: sizes, inputs, scale and masking."""
+
+    batch: tuple[int, ...]  # the batch dims (batch, heads, ...), each input's batch strides along them
+    length: int  # L, query rows
+    source_length: int  # S, keys
+    head_size: int  # E, of queries and keys
+    value_size: int  # Ev
+    scale: float
+    causal: bool
+    q: Operand
+    k: Operand
+    v: Operand
+    mask: Operand | None  # bool (False: masked out) or a float added to the scores
+
+    @property
+    def entries(self) -> int:
+        return prod(self.batch)
+
+    @property
+    def rows(self) -> int:
+        return self.entries * self.length
+
+
+def input_dtypes(spec: AttentionSpec) -> list[DType]:
+    return [x.dtype for x in (spec.q, spec.k, spec.v, spec.mask) if x is not None]
+
+
+def conversions(renderer, spec: AttentionSpec) -> list[str]:
+    """The renderer's helpers that the inputs' conversions to float need (bfloat16's, half's on CUDA, INFINITY)."""
+    return renderer.prelude([UOp(Ops.CAST, dtypes.float32, (UOp(Ops.CONST, d, (), 0),)) for d in input_dtypes(spec)])
+
+
+def batch_offset(x: Operand, batch: tuple[int, ...], entry: str) -> str:
+    """The C expression of x's offset of batch entry `entry` (row-major over `batch`)."""
+    terms, inner = [str(x.offset)], 1
+    for size, stride in reversed(list(zip(batch, x.batch_strides))):
+        if size > 1 and stride:
+            terms.append(
+                f"({entry} / {inner} % {size}) * {stride}LL" if inner > 1 else f"({entry} % {size}) * {stride}LL"
+            )
+        inner *= size
+    return " + ".join(terms)
+
+
+def parameters(renderer, spec: AttentionSpec) -> str:
+    """The kernel's buffers in the AST's order: the output, q, k, v, the mask."""
+    inputs = [(n, x) for n, x in (("q", spec.q), ("k", spec.k), ("v", spec.v), ("mask", spec.mask)) if x is not None]
+    params = [f"float* {renderer.restrict} out"]
+    params += [f"const {renderer.type_name(x.dtype)}* {renderer.restrict} {name}" for name, x in inputs]
+    return ", ".join(params)
+
+
+def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str) -> str:
+    """C statements that mask `score` of (`row`, `key`): -inf where masked out, a float mask's value added."""
+    lines = []
+    if spec.causal:
+        lines.append(f"if ({key} > {row}) {score} = -INFINITY;")
+    if (m := spec.mask) is not None:
+        at = f"mask[maskbase + (long long){row} * {m.row_stride}LL + (long long){key} * {m.col_stride}LL]"
+        if m.dtype == dtypes.bool:
+            lines.append(f"if (!{at}) {score} = -INFINITY;")
+        else:
+            lines.append(f"{score} += {renderer.render_cast(at, m.dtype, dtypes.float32)};")
+    return " ".join(lines)
+
+
+def load(renderer, x: Operand, name: str, row: str, col: str) -> str:
+    """x's element (row, col) of the current batch entry (its base `{name}base`) as a float."""
+    at = f"{name}[{name}base + (long long)({row}) * {x.row_stride}LL + (long long)({col}) * {x.col_stride}LL]"
+    return renderer.render_cast(at, x.dtype, dtypes.float32)
+
+
+def bases(spec: AttentionSpec, entry: str) -> list[str]:
+    """C declarations of each input's base offset for batch entry `entry`."""
+    inputs = (("q", spec.q), ("k", spec.k), ("v", spec.v), ("mask", spec.mask))
+    return [f"long long {n}base = {batch_offset(x, spec.batch, entry)};" for n, x in inputs if x is not None]
+
+
+C_ROWS = 16  # query rows a task of the CPU's kernel takes: each block of keys, converted to float, serves them all
+C_KEYS = 64  # keys a block: the score and accumulate loops run over a whole block (fixed counts gcc vectorizes)
+
+
+def c_tasks(spec: AttentionSpec) -> int:
+    """The CPU kernel's outer loop: a task per batch entry and block of C_ROWS query rows (threads split it)."""
+    return spec.entries * -(-spec.length // C_ROWS)
+
+
+def render_c_attention(renderer, name: str, spec: AttentionSpec) -> str:
+    """The CPU's fused attention kernel: NAME(out, q, k, v[, mask], start, end) computes tasks [start, end) (and
+    NAME_range, the thread pool's entry)."""
+    e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length
+    blocks = -(-length // C_ROWS)
+    scale = renderer.render_const(spec.scale, dtypes.float32)
+    buffers = 4 + (spec.mask is not None)
+    body = f"""
+void {name}({parameters(renderer, spec)}, long long start, long long end) {{
+  float qs[{C_ROWS}][{e}], acc[{C_ROWS}][{ev}], m[{C_ROWS}], l[{C_ROWS}];
+  float kt[{e}][{C_KEYS}], vs[{C_KEYS}][{ev}], s[{C_KEYS}];
+  for (long long task = start; task < end; task++) {{
+    long long entry = task / {blocks};
+    int r0 = (int)(task % {blocks}) * {C_ROWS}, rows = {length} - r0 < {C_ROWS} ? {length} - r0 : {C_ROWS};
+    {" ".join(bases(spec, "entry"))}
+    for (int r = 0; r < rows; r++) {{
+      for (int c = 0; c < {e}; c++) qs[r][c] = {load(renderer, spec.q, "q", "r0 + r", "c")} * {scale};
+      for (int c = 0; c < {ev}; c++) acc[r][c] = 0.0f;
+      m[r] = -INFINITY, l[r] = 0.0f;
+    }}
+    int keys = {"r0 + rows < " + str(source) + " ? r0 + rows : " + str(source) if spec.causal else source};
+    for (int j0 = 0; j0 < keys; j0 += {C_KEYS}) {{
+      int n = keys - j0 < {C_KEYS} ? keys - j0 : {C_KEYS};
+      for (int j = 0; j < {C_KEYS}; j++) {{
+        for (int c = 0; c < {e}; c++) kt[c][j] = j < n ? {load(renderer, spec.k, "k", "j0 + j", "c")} : 0.0f;
+        for (int c = 0; c < {ev}; c++) vs[j][c] = j < n ? {load(renderer, spec.v, "v", "j0 + j", "c")} : 0.0f;
+      }}
+      for (int r = 0; r < rows; r++) {{
+        for (int j = 0; j < {C_KEYS}; j++) s[j] = 0.0f;
+        for (int c = 0; c < {e}; c++) {{
+          float x = qs[r][c];
+          for (int j = 0; j < {C_KEYS}; j++) s[j] += x * kt[c][j];
+        }}
+        float top = -INFINITY;
+        for (int j = 0; j < {C_KEYS}; j++) {{
+          int row = r0 + r, key = j0 + j;
+          if (j >= n) s[j] = -INFINITY;
+          else {{ {masked_score(renderer, spec, "s[j]", "row", "key")} }}
+          top = s[j] > top ? s[j] : top;
+        }}
+        if (top == -INFINITY) continue;  /* every key of this block masked out: nothing to add */
+        float now = m[r] > top ? m[r] : top, shrink = expf(m[r] - now);
+        l[r] *= shrink;
+        for (int c = 0; c < {ev}; c++) acc[r][c] *= shrink;
+        for (int j = 0; j < {C_KEYS}; j++) {{
+          float p = expf(s[j] - now);
+          l[r] += p;
+          for (int c = 0; c < {ev}; c++) acc[r][c] += p * vs[j][c];
+        }}
+        m[r] = now;
+      }}
+    }}
+    for (int r = 0; r < rows; r++) {{
+      long long row = entry * {length} + r0 + r;
+      float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      for (int c = 0; c < {ev}; c++) out[row * {ev} + c] = acc[r][c] * inv;
+      out[{spec.rows * ev}LL + row] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    }}
+  }}
+}}
+void {name}_range(void** args, long long start, long long end) {{
+  {name}({", ".join(f"args[{i}]" for i in range(buffers))}, start, end);
+}}"""
+    return "\n".join([*conversions(renderer, spec), body]) + "\n"
