@@ -59,9 +59,11 @@ def input_dtypes(spec: AttentionSpec) -> list[DType]:
     return [x.dtype for x in (spec.q, spec.k, spec.v, spec.mask) if x is not None]
 
 
-def conversions(renderer, spec: AttentionSpec) -> list[str]:
-    """The renderer's helpers that the inputs' conversions to float need (bfloat16's, half's on CUDA, INFINITY)."""
-    return renderer.prelude([UOp(Ops.CAST, dtypes.float32, (UOp(Ops.CONST, d, (), 0),)) for d in input_dtypes(spec)])
+def conversions(renderer, spec: AttentionSpec, more: list[UOp] = ()) -> list[str]:
+    """The renderer's helpers that the inputs' conversions to float need (bfloat16's, half's on CUDA, INFINITY), and
+    those of the ops in `more`."""
+    casts = [UOp(Ops.CAST, dtypes.float32, (UOp(Ops.CONST, d, (), 0),)) for d in input_dtypes(spec)]
+    return renderer.prelude(casts + list(more))
 
 
 def batch_offset(x: Operand, batch: tuple[int, ...], entry: str) -> str:
@@ -84,8 +86,9 @@ def parameters(renderer, spec: AttentionSpec) -> str:
     return ", ".join(params)
 
 
-def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str) -> str:
-    """C statements that mask `score` of (`row`, `key`): -inf where masked out, a float mask's value added."""
+def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str, unit: float = 1.0) -> str:
+    """C statements that mask `score` of (`row`, `key`): -inf where masked out, a float mask's value (times `unit`)
+    added."""
     lines = []
     if spec.causal:
         lines.append(f"if ({key} > {row}) {score} = -INFINITY;")
@@ -94,7 +97,8 @@ def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str) 
         if m.dtype == dtypes.bool:
             lines.append(f"if (!{at}) {score} = -INFINITY;")
         else:
-            lines.append(f"{score} += {renderer.render_cast(at, m.dtype, dtypes.float32)};")
+            value = renderer.render_cast(at, m.dtype, dtypes.float32)
+            lines.append(f"{score} += {value};" if unit == 1.0 else f"{score} += {value} * {unit!r}f;")
     return " ".join(lines)
 
 
@@ -111,7 +115,9 @@ def bases(spec: AttentionSpec, entry: str) -> list[str]:
 
 
 C_ROWS = 16  # query rows a task of the CPU's kernel takes: each block of keys, converted to float, serves them all
-C_KEYS = 64  # keys a block: the score and accumulate loops run over a whole block (fixed counts gcc vectorizes)
+C_KEYS = 64  # keys a block
+TILE_ROWS, TILE_COLS = 4, 16  # the register tile of both products: 4 rows by two 8-float vectors (8 accumulators)
+LOG2E = 1.4426950408889634  # the scores are kept in base 2 (q scaled by it): exp2 of a whole vector is one call
 
 
 def c_tasks(spec: AttentionSpec) -> int:
@@ -119,67 +125,96 @@ def c_tasks(spec: AttentionSpec) -> int:
     return spec.entries * -(-spec.length // C_ROWS)
 
 
+def _c_tile(out: str, columns: int, depth: int, a_at: str, b_at: str, load_out: bool) -> str:
+    """C for out[r + i][col .. col + 16] (+)= sum over d < depth of a_at(i, d) * b_at(d, col .. col + 16) for every
+    4 x 16 tile of out (C_ROWS x columns), each tile in 8 vector registers: b's two vectors of a step serve 4 rows."""
+    halves = ("col", "col + 8")
+    init = [f"*(V8*)&{out}[r + i][{c}]" if load_out else "(V8){0}" for c in halves]
+    store = " ".join(f"*(V8*)&{out}[r + i][{c}] = t[i][{h}];" for h, c in enumerate(halves))
+    return f"""for (int r = 0; r < {C_ROWS}; r += {TILE_ROWS})
+        for (int col = 0; col < {columns}; col += {TILE_COLS}) {{
+          V8 t[{TILE_ROWS}][2];
+#pragma GCC unroll {TILE_ROWS}
+          for (int i = 0; i < {TILE_ROWS}; i++) t[i][0] = {init[0]}, t[i][1] = {init[1]};
+          for (int d = 0; d < {depth}; d++) {{
+            V8 b0 = *(V8*)&{b_at.format(c=halves[0])}, b1 = *(V8*)&{b_at.format(c=halves[1])};
+#pragma GCC unroll {TILE_ROWS}
+            for (int i = 0; i < {TILE_ROWS}; i++) {{ float x = {a_at}; t[i][0] += x * b0, t[i][1] += x * b1; }}
+          }}
+#pragma GCC unroll {TILE_ROWS}
+          for (int i = 0; i < {TILE_ROWS}; i++) {{ {store} }}
+        }}"""
+
+
 def render_c_attention(renderer, name: str, spec: AttentionSpec) -> str:
     """The CPU's fused attention kernel: NAME(out, q, k, v[, mask], start, end) computes tasks [start, end) (and
-    NAME_range, the thread pool's entry)."""
+    NAME_range, the thread pool's entry). Both products run in 4 x 16 register tiles of 8-float vectors over arrays
+    padded to whole tiles (zeros); exp2 takes 8 scores at a time."""
     e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length
+    evp = -(-ev // TILE_COLS) * TILE_COLS
     blocks = -(-length // C_ROWS)
-    scale = renderer.render_const(spec.scale, dtypes.float32)
+    scale = renderer.render_const(spec.scale * LOG2E, dtypes.float32)
     buffers = 4 + (spec.mask is not None)
+    keys = f"r0 + rows < {source} ? r0 + rows : {source}" if spec.causal else str(source)
+    scores = _c_tile("s", C_KEYS, e, "qs[r + i][d]", "kt[d][{c}]", False)
+    weighted = _c_tile("acc", evp, C_KEYS, "s[r + i][d]", "vs[d][{c}]", True)
+    v8, v_at = dtypes.float32.vec(8), load(renderer, spec.v, "v", "j0 + j", "c")
+    exp2 = renderer.render_vector_alu(Ops.EXP2, v8, ["x"], (UOp(Ops.CONST, v8, (), 0),), [None])
     body = f"""
+typedef {renderer.type_name(v8)} V8;
+static inline V8 gg_exp2_8(V8 x) {{ return {exp2}; }}
 void {name}({parameters(renderer, spec)}, long long start, long long end) {{
-  float qs[{C_ROWS}][{e}], acc[{C_ROWS}][{ev}], m[{C_ROWS}], l[{C_ROWS}];
-  float kt[{e}][{C_KEYS}], vs[{C_KEYS}][{ev}], s[{C_KEYS}];
+  float qs[{C_ROWS}][{e}], m[{C_ROWS}], l[{C_ROWS}];
+  float kt[{e}][{C_KEYS}] __attribute__((aligned(32))), vs[{C_KEYS}][{evp}] __attribute__((aligned(32)));
+  float s[{C_ROWS}][{C_KEYS}] __attribute__((aligned(32))), acc[{C_ROWS}][{evp}] __attribute__((aligned(32)));
   for (long long task = start; task < end; task++) {{
     long long entry = task / {blocks};
     int r0 = (int)(task % {blocks}) * {C_ROWS}, rows = {length} - r0 < {C_ROWS} ? {length} - r0 : {C_ROWS};
     {" ".join(bases(spec, "entry"))}
-    for (int r = 0; r < rows; r++) {{
-      for (int c = 0; c < {e}; c++) qs[r][c] = {load(renderer, spec.q, "q", "r0 + r", "c")} * {scale};
-      for (int c = 0; c < {ev}; c++) acc[r][c] = 0.0f;
+    for (int r = 0; r < {C_ROWS}; r++) {{
+      for (int c = 0; c < {e}; c++) qs[r][c] = r < rows ? {load(renderer, spec.q, "q", "r0 + r", "c")} * {scale} : 0.0f;
+      for (int c = 0; c < {evp}; c++) acc[r][c] = 0.0f;
       m[r] = -INFINITY, l[r] = 0.0f;
     }}
-    int keys = {"r0 + rows < " + str(source) + " ? r0 + rows : " + str(source) if spec.causal else source};
+    int keys = {keys};
     for (int j0 = 0; j0 < keys; j0 += {C_KEYS}) {{
       int n = keys - j0 < {C_KEYS} ? keys - j0 : {C_KEYS};
       for (int j = 0; j < {C_KEYS}; j++) {{
         for (int c = 0; c < {e}; c++) kt[c][j] = j < n ? {load(renderer, spec.k, "k", "j0 + j", "c")} : 0.0f;
-        for (int c = 0; c < {ev}; c++) vs[j][c] = j < n ? {load(renderer, spec.v, "v", "j0 + j", "c")} : 0.0f;
+        for (int c = 0; c < {evp}; c++) vs[j][c] = j < n && c < {ev} ? {v_at} : 0.0f;
       }}
-      for (int r = 0; r < rows; r++) {{
-        for (int j = 0; j < {C_KEYS}; j++) s[j] = 0.0f;
-        for (int c = 0; c < {e}; c++) {{
-          float x = qs[r][c];
-          for (int j = 0; j < {C_KEYS}; j++) s[j] += x * kt[c][j];
-        }}
+      {scores}
+      for (int r = 0; r < rows; r++) {{  /* the scores become weights exp2(s - m); the row's sums are rescaled */
         float top = -INFINITY;
         for (int j = 0; j < {C_KEYS}; j++) {{
           int row = r0 + r, key = j0 + j;
-          if (j >= n) s[j] = -INFINITY;
-          else {{ {masked_score(renderer, spec, "s[j]", "row", "key")} }}
-          top = s[j] > top ? s[j] : top;
+          if (j >= n) s[r][j] = -INFINITY;
+          else {{ {masked_score(renderer, spec, "s[r][j]", "row", "key", LOG2E)} }}
+          top = s[r][j] > top ? s[r][j] : top;
         }}
-        if (top == -INFINITY) continue;  /* every key of this block masked out: nothing to add */
-        float now = m[r] > top ? m[r] : top, shrink = expf(m[r] - now);
+        float now = m[r] > top ? m[r] : top, shrink = now == -INFINITY ? 1.0f : exp2f(m[r] - now);
         l[r] *= shrink;
-        for (int c = 0; c < {ev}; c++) acc[r][c] *= shrink;
-        for (int j = 0; j < {C_KEYS}; j++) {{
-          float p = expf(s[j] - now);
-          l[r] += p;
-          for (int c = 0; c < {ev}; c++) acc[r][c] += p * vs[j][c];
+        for (int j = 0; j < {C_KEYS}; j += 8) {{
+          V8 p = now == -INFINITY ? (V8){{0}} : gg_exp2_8(*(V8*)&s[r][j] - now);
+          *(V8*)&s[r][j] = p;
+          for (int h = 0; h < 8; h++) l[r] += p[h];
         }}
+        for (int c = 0; c < {evp}; c++) acc[r][c] *= shrink;
         m[r] = now;
       }}
+      for (int r = rows; r < {C_ROWS}; r++) for (int j = 0; j < {C_KEYS}; j++) s[r][j] = 0.0f;
+      {weighted}
     }}
     for (int r = 0; r < rows; r++) {{
       long long row = entry * {length} + r0 + r;
       float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
       for (int c = 0; c < {ev}; c++) out[row * {ev} + c] = acc[r][c] * inv;
-      out[{spec.rows * ev}LL + row] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+      out[{spec.rows * ev}LL + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * {1 / LOG2E!r}f : -INFINITY;
     }}
   }}
 }}
 void {name}_range(void** args, long long start, long long end) {{
   {name}({", ".join(f"args[{i}]" for i in range(buffers))}, start, end);
 }}"""
-    return "\n".join([*conversions(renderer, spec), body]) + "\n"
+    vector = UOp(Ops.EXP2, v8, (UOp(Ops.CONST, v8, (), 0),))  # the vector type, and libmvec's exp2 where linked
+    return "\n".join([*conversions(renderer, spec, [vector]), body]) + "\n"
