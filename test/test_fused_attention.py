@@ -111,6 +111,19 @@ def test_heads_read_through_a_transpose(mask_kind):
     assert _compare(((2, 3), 37, 21, 64, 64), mask_kind, F32, "CPU", transposed=True) == 1
 
 
+@pytest.mark.parametrize("device", ["CPU", pytest.param("CUDA", marks=needs_gpu)])
+def test_q_k_and_v_slices_of_one_buffer(device):
+    """GPT-2's heads: one (batch, length, 3, heads, size) buffer, q, k and v its slices (one kernel argument)."""
+    rng = np.random.default_rng(4)
+    qkv = rng.standard_normal((2, 7, 3, 3, 16)).astype(np.float32)
+    ours = Tensor(qkv, device=device).realize().permute(2, 0, 3, 1, 4)
+    out = ours[0].scaled_dot_product_attention(ours[1], ours[2], is_causal=True)
+    assert _fused_kernels(out) == 1
+    q, k, v = torch.tensor(qkv).permute(2, 0, 3, 1, 4)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_float_mask_gets_its_gradient():
     rng = np.random.default_rng(2)
     arrays, mask = _inputs((2, 3), 9, 13, 16, 16), rng.standard_normal((3, 9, 13)).astype(np.float32)
@@ -188,3 +201,17 @@ def test_gpu_fused_attention_matches_pytorch(shape, mask_kind):
 def test_gpu_sixteen_bit_inputs(dtype, mask_kind):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CUDA") == 1
     assert _compare(((1, 2), 130, 77, 128, 128), mask_kind, dtype, "CUDA", transposed=True) == 1
+
+
+# ---- the models take it ----
+
+
+def test_gpt2_and_bert_attend_through_the_fused_kernel():
+    from glassgrad.models.bert import Bert, BertConfig
+    from glassgrad.models.gpt2 import GPT2, GPT2Config
+
+    gpt2 = GPT2(GPT2Config(vocab_size=50, n_ctx=16, n_embd=32, n_layer=2, n_head=4))
+    assert _fused_kernels(gpt2(Tensor([[1, 2, 3, 4, 5]]))) == 2
+    bert = Bert(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=16))  # fmt: skip
+    assert _fused_kernels(bert(Tensor([[1, 2, 3, 0]]), Tensor([[1, 1, 1, 0]]))) == 2

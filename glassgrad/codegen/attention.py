@@ -22,7 +22,7 @@ def _operand(load: UOp) -> Operand:
     if load.op is not Ops.LOAD or len(load.src[1].arg.views) != 1 or load.src[1].arg.views[0].mask is not None:
         raise ValueError(f"an ATTENTION kernel reads buffers through one strided view each, got {load}")
     view = load.src[1].arg.views[0]
-    return Operand(load.dtype, view.offset, view.strides[:-2], view.strides[-2], view.strides[-1])
+    return Operand(load.src[0].arg, load.dtype, view.offset, view.strides[:-2], view.strides[-2], view.strides[-1])
 
 
 def attention_spec(ast: UOp) -> AttentionSpec:

@@ -20,9 +20,11 @@ from glassgrad.uop.ops import Ops, UOp
 
 @dataclass(frozen=True)
 class Operand:
-    """An input as it lies in memory: element (batch b, row, col) at offset + b's batch strides + row * row_stride +
-    col * col_stride (a matrix of the batch: q's (L, E), k's (S, E), v's (S, Ev), the mask's (L, S))."""
+    """An input as it lies in memory: element (batch b, row, col) of kernel argument `buffer` (q, k and v may be
+    slices of one buffer) at offset + b's batch strides + row * row_stride + col * col_stride (a matrix of the batch:
+    q's (L, E), k's (S, E), v's (S, Ev), the mask's (L, S))."""
 
+    buffer: int  # the kernel's argument (its DEFINE_GLOBAL's number; 0 is the output)
     dtype: DType
     offset: int
     batch_strides: tuple[int, ...]
@@ -78,11 +80,15 @@ def batch_offset(x: Operand, batch: tuple[int, ...], entry: str) -> str:
     return " + ".join(terms)
 
 
+def input_buffers(spec: AttentionSpec) -> dict[int, DType]:
+    """The kernel's input arguments (numbered from 1) and their dtypes."""
+    return dict(sorted((x.buffer, x.dtype) for x in (spec.q, spec.k, spec.v, spec.mask) if x is not None))
+
+
 def parameters(renderer, spec: AttentionSpec) -> str:
-    """The kernel's buffers in the AST's order: the output, q, k, v, the mask."""
-    inputs = [(n, x) for n, x in (("q", spec.q), ("k", spec.k), ("v", spec.v), ("mask", spec.mask)) if x is not None]
+    """The kernel's buffers in the AST's order: the output, then each input buffer once (data1, data2, ...)."""
     params = [f"float* {renderer.restrict} out"]
-    params += [f"const {renderer.type_name(x.dtype)}* {renderer.restrict} {name}" for name, x in inputs]
+    params += [f"const {renderer.type_name(d)}* {renderer.restrict} data{i}" for i, d in input_buffers(spec).items()]
     return ", ".join(params)
 
 
@@ -93,7 +99,7 @@ def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str, 
     if spec.causal:
         lines.append(f"if ({key} > {row}) {score} = -INFINITY;")
     if (m := spec.mask) is not None:
-        at = f"mask[maskbase + (long long){row} * {m.row_stride}LL + (long long){key} * {m.col_stride}LL]"
+        at = f"data{m.buffer}[maskbase + (long long){row} * {m.row_stride}LL + (long long){key} * {m.col_stride}LL]"
         if m.dtype == dtypes.bool:
             lines.append(f"if (!{at}) {score} = -INFINITY;")
         else:
@@ -104,7 +110,7 @@ def masked_score(renderer, spec: AttentionSpec, score: str, row: str, key: str, 
 
 def load(renderer, x: Operand, name: str, row: str, col: str) -> str:
     """x's element (row, col) of the current batch entry (its base `{name}base`) as a float."""
-    at = f"{name}[{name}base + (long long)({row}) * {x.row_stride}LL + (long long)({col}) * {x.col_stride}LL]"
+    at = f"data{x.buffer}[{name}base + (long long)({row}) * {x.row_stride}LL + (long long)({col}) * {x.col_stride}LL]"
     return renderer.render_cast(at, x.dtype, dtypes.float32)
 
 
@@ -154,7 +160,7 @@ def render_c_attention(renderer, name: str, spec: AttentionSpec) -> str:
     evp = -(-ev // TILE_COLS) * TILE_COLS
     blocks = -(-length // C_ROWS)
     scale = renderer.render_const(spec.scale * LOG2E, dtypes.float32)
-    buffers = 4 + (spec.mask is not None)
+    buffers = 1 + len(input_buffers(spec))
     keys = f"r0 + rows < {source} ? r0 + rows : {source}" if spec.causal else str(source)
     scores = _c_tile("s", C_KEYS, e, "qs[r + i][d]", "kt[d][{c}]", False)
     weighted = _c_tile("acc", evp, C_KEYS, "s[r + i][d]", "vs[d][{c}]", True)
