@@ -39,6 +39,12 @@ def _mask(kind: str, batch: tuple[int, ...], length: int, source: int, rng) -> n
     return None
 
 
+@pytest.fixture
+def cuda_fused(monkeypatch):
+    """CUDA's renderer asked for its fused kernel, which it keeps off by default (renderer/cuda.py says why)."""
+    monkeypatch.setattr(CUDARenderer, "fused_attention", True)
+
+
 def _inputs(batch, length, source, head, value, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(s).astype(np.float32) for s in ((*batch, length, head), (*batch, source, head),
@@ -112,7 +118,7 @@ def test_heads_read_through_a_transpose(mask_kind):
 
 
 @pytest.mark.parametrize("device", ["CPU", pytest.param("CUDA", marks=needs_gpu)])
-def test_q_k_and_v_slices_of_one_buffer(device):
+def test_q_k_and_v_slices_of_one_buffer(device, cuda_fused):
     """GPT-2's heads: one (batch, length, 3, heads, size) buffer, q, k and v its slices (one kernel argument)."""
     rng = np.random.default_rng(4)
     qkv = rng.standard_normal((2, 7, 3, 3, 16)).astype(np.float32)
@@ -191,14 +197,14 @@ def test_the_cuda_kernel_compiles(dtype, mask_kind):
 @needs_gpu
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_gpu_fused_attention_matches_pytorch(shape, mask_kind):
+def test_gpu_fused_attention_matches_pytorch(shape, mask_kind, cuda_fused):
     assert _compare(shape, mask_kind, F32, "CUDA") == 1
 
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", [F16, BF16])
 @pytest.mark.parametrize("mask_kind", MASKS)
-def test_gpu_sixteen_bit_inputs(dtype, mask_kind):
+def test_gpu_sixteen_bit_inputs(dtype, mask_kind, cuda_fused):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CUDA") == 1
     assert _compare(((1, 2), 130, 77, 128, 128), mask_kind, dtype, "CUDA", transposed=True) == 1
 

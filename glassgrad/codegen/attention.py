@@ -52,8 +52,6 @@ def attention_counts(spec: AttentionSpec) -> tuple[int, int]:
 def attention_program(ast: UOp, renderer: Renderer) -> tuple[str, str, tuple[int, ...], tuple[int, ...] | None, int,
                                                               int]:  # fmt: skip
     """The kernel's name, source, global and local size, ops and bytes."""
-    if not renderer.fused_attention:
-        raise ValueError(f"{type(renderer).__name__} writes no fused attention kernel (Renderer.fused_attention)")
     spec = attention_spec(ast)
     name = attention_name(spec)
     src, global_size, local_size = renderer.render_attention(name, spec)

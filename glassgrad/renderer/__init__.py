@@ -20,7 +20,8 @@ class Renderer:
     has_local: bool = False  # it renders blocks of threads that share memory (a GPU): the LOCAL and GROUP actions
     chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
     atomic_adds: bool = False  # a STORE that adds into memory (a scatter's) is atomic: threads may add into one place
-    fused_attention: bool = False  # it writes an ATTENTION kernel whole (render_attention): mixin/fused_attention.py
+    fused_attention: bool = False  # scaled_dot_product_attention asks it for an ATTENTION kernel, which it writes
+    # whole (render_attention; mixin/fused_attention.py)
     # layouts the scheduler gives operands where this renderer's kernels pay for them (it asks, naming no device):
     packs_panels: bool = False  # its matmuls are register-blocked over B's columns: a large B is packed (pack.py)
     buffers_windows: bool = False  # a mask test per load keeps its loops from vector code: a convolution's padded

@@ -149,7 +149,9 @@ class CUDARenderer(CStyleRenderer):
     split_outer_loop = True
     has_local = True  # blocks of threads: the LOCAL and GROUP actions
     atomic_adds = True  # a scatter's threads add with atomicAdd
-    fused_attention = True  # renderer/cuda_attention.py
+    # its fused attention kernel (renderer/cuda_attention.py, SIMT) is correct but slower inside GPT-2 than the unfused
+    # path's tensor-core products (H200, fp16 forward 8 x 512: 370k against 435k tokens/s): asked for only when set
+    fused_attention = False
     # sums of products accumulate with fused multiply-adds (one instruction, one rounding, as cuBLAS does; the compiler
     # itself fuses nothing, --fmad=false), the unrolled terms of a sum one after another into the accumulator
     fuse_mulacc = True

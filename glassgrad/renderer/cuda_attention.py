@@ -32,8 +32,9 @@ def render_cuda_attention(renderer, name: str, spec: AttentionSpec) -> str:
     """The kernel NAME(out, q, k, v[, mask]), launched as cuda_blocks(spec) blocks of THREADS threads."""
     e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length
     qs_stride, ks_stride, ps_stride = _odd(e), _odd(e), _odd(KEYS)
-    floats = ROWS * qs_stride + KEYS * ks_stride + KEYS * ev + ROWS * ps_stride
     blocks, per_lane = -(-length // ROWS), -(-ev // GROUP)
+    evp = per_lane * GROUP  # a value row in shared memory, zeros past Ev: every lane's columns exist
+    floats = ROWS * qs_stride + KEYS * ks_stride + KEYS * evp + ROWS * ps_stride
     scale = renderer.render_const(spec.scale, dtypes.float32)
     keys = f"(r0 + {ROWS} < {source} ? r0 + {ROWS} : {source})" if spec.causal else str(source)
     shuffles = lambda x, op: " ".join(  # noqa: E731
@@ -43,7 +44,7 @@ def render_cuda_attention(renderer, name: str, spec: AttentionSpec) -> str:
 extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {floats * 4};  // read by the runtime
 extern "C" __global__ void __launch_bounds__({THREADS}) {name}({parameters(renderer, spec)}) {{
   extern __shared__ __align__(16) float gg_shared[];
-  float *qs = gg_shared, *ks = qs + {ROWS * qs_stride}, *vs = ks + {KEYS * ks_stride}, *ps = vs + {KEYS * ev};
+  float *qs = gg_shared, *ks = qs + {ROWS * qs_stride}, *vs = ks + {KEYS * ks_stride}, *ps = vs + {KEYS * evp};
   const int tid = threadIdx.x, r = tid / {GROUP}, g = tid % {GROUP};
   const long long entry = blockIdx.x / {blocks};
   const int r0 = (int)(blockIdx.x % {blocks}) * {ROWS}, row = r0 + r;
@@ -62,17 +63,23 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {name}({parameters(rende
       int j = x / {e}, c = x % {e};
       ks[j * {ks_stride} + c] = j0 + j < keys ? {load(renderer, spec.k, "k", "j0 + j", "c")} : 0.0f;
     }}
-    for (int x = tid; x < {KEYS * ev}; x += {THREADS}) {{
-      int j = x / {ev}, c = x % {ev};
-      vs[j * {ev} + c] = j0 + j < keys ? {load(renderer, spec.v, "v", "j0 + j", "c")} : 0.0f;
+    for (int x = tid; x < {KEYS * evp}; x += {THREADS}) {{
+      int j = x / {evp}, c = x % {evp};
+      vs[j * {evp} + c] = j0 + j < keys && c < {ev} ? {load(renderer, spec.v, "v", "j0 + j", "c")} : 0.0f;
     }}
     __syncthreads();
     float s[{KEYS // GROUP}], top = -INFINITY;
 #pragma unroll
+    for (int t = 0; t < {KEYS // GROUP}; t++) s[t] = 0.0f;
+    for (int c = 0; c < {e}; c++) {{  // each q element read once for the lane's keys
+      float x = qs[r * {qs_stride} + c];
+#pragma unroll
+      for (int t = 0; t < {KEYS // GROUP}; t++) s[t] = fmaf(x, ks[(g + {GROUP} * t) * {ks_stride} + c], s[t]);
+    }}
+#pragma unroll
     for (int t = 0; t < {KEYS // GROUP}; t++) {{
-      int j = g + {GROUP} * t, key = j0 + j;
-      float d = 0.0f;
-      for (int c = 0; c < {e}; c++) d = fmaf(qs[r * {qs_stride} + c], ks[j * {ks_stride} + c], d);
+      int key = j0 + g + {GROUP} * t;
+      float d = s[t];
       if (key >= keys || row >= {length}) d = -INFINITY;
       else {{ {masked_score(renderer, spec, "d", "row", "key")} }}
       s[t] = d;
@@ -91,12 +98,11 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {name}({parameters(rende
     m = now;
     __syncwarp();  // the group's weights are in shared memory
 #pragma unroll
-    for (int i = 0; i < {per_lane}; i++) {{
-      int c = g + {GROUP} * i;
-      float a = acc[i] * shrink;
-      if (c < {ev})
-        for (int j = 0; j < {KEYS}; j++) a = fmaf(ps[r * {ps_stride} + j], vs[j * {ev} + c], a);
-      acc[i] = a;
+    for (int i = 0; i < {per_lane}; i++) acc[i] *= shrink;
+    for (int j = 0; j < {KEYS}; j++) {{  // each weight read once for the lane's value columns (zeros past Ev)
+      float p = ps[r * {ps_stride} + j];
+#pragma unroll
+      for (int i = 0; i < {per_lane}; i++) acc[i] = fmaf(p, vs[j * {evp} + g + {GROUP} * i], acc[i]);
     }}
   }}
   if (row < {length}) {{
