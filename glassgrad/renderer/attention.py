@@ -153,7 +153,7 @@ def _c_tile(out: str, columns: int, depth: int, a_at: str, b_at: str, load_out: 
 
 
 def render_c_attention(renderer, name: str, spec: AttentionSpec) -> str:
-    """The CPU's fused attention kernel: NAME(out, q, k, v[, mask], start, end) computes tasks [start, end) (and
+    """The CPU's fused attention kernel: NAME(out, each input buffer, start, end) computes tasks [start, end) (and
     NAME_range, the thread pool's entry). Both products run in 4 x 16 register tiles of 8-float vectors over arrays
     padded to whole tiles (zeros); exp2 takes 8 scores at a time."""
     e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length

@@ -29,7 +29,7 @@ def _odd(n: int) -> int:
 
 
 def render_cuda_attention(renderer, name: str, spec: AttentionSpec) -> str:
-    """The kernel NAME(out, q, k, v[, mask]), launched as cuda_blocks(spec) blocks of THREADS threads."""
+    """The kernel NAME(out, each input buffer), launched as cuda_blocks(spec) blocks of THREADS threads."""
     e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length
     qs_stride, ks_stride, ps_stride = _odd(e), _odd(e), _odd(KEYS)
     blocks, per_lane = -(-length // ROWS), -(-ev // GROUP)
