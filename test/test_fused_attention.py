@@ -144,6 +144,17 @@ def test_a_float_mask_gets_its_gradient():
     np.testing.assert_allclose(ours.grad.numpy(), tmask.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_grouped_query_heads_are_copied_in_order_first():
+    """enable_gqa repeats key's and value's heads: a view no strides describe, copied before the fused kernel."""
+    arrays = _inputs((2, 4), 6, 5, 8, 8)
+    q, k, v = Tensor(arrays[0]), Tensor(arrays[1][:, :2].copy()), Tensor(arrays[2][:, :2].copy())
+    out = q.scaled_dot_product_attention(k, v, enable_gqa=True)
+    assert _fused_kernels(out) == 1
+    tq, tk, tv = (torch.tensor(t.numpy()) for t in (q, k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", ["dropout", "head 129", "value 130", "mixed dtypes", "PYTHON"])
 def test_uncovered_cases_take_the_ordinary_path_and_stay_correct(case):
     head, value = {"head 129": (129, 8), "value 130": (8, 130)}.get(case, (8, 8))
@@ -152,9 +163,11 @@ def test_uncovered_cases_take_the_ordinary_path_and_stay_correct(case):
     q, k, v = (Tensor(a, device=device) for a in arrays)
     if case == "mixed dtypes":
         v = v.cast(F16)
-    kwargs = {"dropout_p": 0.5} if case == "dropout" else {}  # (not training: dropout keeps every weight)
-    out = q.scaled_dot_product_attention(k, v, **kwargs)
-    assert _fused_kernels(out) == 0
+    with Tensor.train(case == "dropout"):
+        out = q.scaled_dot_product_attention(k, v, dropout_p=0.5 if case == "dropout" else 0.0)
+        assert _fused_kernels(out) == 0
+    if case == "dropout":  # training: some weights dropped, the rest scaled up
+        return
     want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in arrays))
     np.testing.assert_allclose(out.float().numpy(), want.numpy(), rtol=2e-3, atol=2e-3)
 

@@ -65,7 +65,8 @@ class AttentionMixin:
             if attn_mask.dtype != dtypes.bool and not dtypes.is_float(attn_mask.dtype):
                 raise DtypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
                                  f"got {attn_mask.dtype}")  # fmt: skip
-        if not dropout_p and (fused := fused_attention(query, key, value, attn_mask, scale, is_causal)) is not None:
+        dropped = dropout_p and self.training  # (dropout drops nothing outside training)
+        if not dropped and (fused := fused_attention(query, key, value, attn_mask, scale, is_causal)) is not None:
             return fused
         scores = masked(query.matmul(key.transpose(-2, -1)) * scale, attn_mask, is_causal)
         masks = attn_mask is not None or is_causal

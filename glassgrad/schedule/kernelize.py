@@ -132,7 +132,10 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
             add(node.src[1])
         if node.op is Ops.ATTENTION:  # its kernel reads each input as it lies in memory, through one strided view
             for s in node.src:
-                add(s.base if _strided_view(s) else s)
+                if _strided_view(s):
+                    add(s.base)
+                elif s not in points:  # a copy in order (even of a buffer: a view that no strides describe)
+                    points[s] = None
     # Reductions that would be recomputed when fused get their own buffer; repeat until nothing changes.
     changed = True
     while changed:
