@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from glassgrad.dtype import dtypes
+from glassgrad.mixin.fused_attention import attention_gradient
 from glassgrad.uop.multi import resharded, select, with_zeros
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 
@@ -116,6 +117,7 @@ DERIVATIVES: dict[Ops, Callable[..., Grads]] = {
     Ops.REDUCE_AXIS: lambda g, node, x, out: _reduce_grad(g, node, x, out),
     # base's gradient is g; src's is g read at the places each element was added to
     Ops.SCATTER_ADD: lambda g, node, base, index, src, out: (g, None, g._take_along(node.arg, index)),
+    Ops.ATTENTION: attention_gradient,  # from the saved logsumexps (mixin/fused_attention.py)
     Ops.RESHAPE: lambda g, node, x, out: (g.reshape(x.shape),),
     Ops.PERMUTE: lambda g, node, x, out: _unpermute(g, node),
     Ops.EXPAND: lambda g, node, x, out: _unexpand(g, x),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glassgrad.codegen.attention import attention_program, is_attention
 from glassgrad.codegen.checks import checks_of, keep_dropped_checks, passed_checks, record_failures
 from glassgrad.codegen.gather import collapse_gathers
 from glassgrad.codegen.heuristics import renderer_opts
@@ -169,6 +170,9 @@ def outer_output_loop(program: list[UOp], output_loops: int) -> UOp | None:
 def get_program(ast: UOp, renderer: Renderer, opts: tuple[Opt, ...] | None = None) -> ProgramSpec:
     """Lower, simplify, linearize and render one kernel."""
     check_kernel_ast(ast, "get_program")
+    if is_attention(ast):  # the renderer writes it whole: no loops to lower, no optimizations
+        name, src, global_size, local_size, ops, mem = attention_program(ast, renderer)
+        return ProgramSpec(name, src, (), global_size, ops, mem, (), local_size, name)
     opts = choose_opts(ast, renderer) if opts is None else opts
     if opts and opts[0].op == "TC":  # the tensor-core kernel: the renderer writes the loops, the epilogue is lowered
         name = kernel_name(ast, opts)

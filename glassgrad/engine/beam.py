@@ -16,6 +16,7 @@ import struct
 import time
 
 from glassgrad.codegen import get_program, symbolic_kernel
+from glassgrad.codegen.attention import is_attention
 from glassgrad.codegen.checks import ERROR_SLOTS
 from glassgrad.codegen.heuristics import renderer_opts
 from glassgrad.codegen.opt import Opt
@@ -37,7 +38,8 @@ PLAIN_LOOPS_LIMIT = 2**24  # outputs times reduced terms: a kernel this small is
 def beam_opts(ast: UOp, device: str) -> tuple[Opt, ...] | None:
     """The opts a BEAM=N search chooses for the kernel, or None where BEAM is off (codegen chooses: NOOPT, the
     heuristics, tensor cores)."""
-    return beam_search(ast, device, int(BEAM)) if BEAM >= 1 and not NOOPT and not symbolic_kernel(ast) else None
+    searched = BEAM >= 1 and not NOOPT and not symbolic_kernel(ast) and not is_attention(ast)  # (written whole)
+    return beam_search(ast, device, int(BEAM)) if searched else None
 
 
 class Timer:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError, DtypeError
 from glassgrad.mixin.arguments import _nn_tensor
-from glassgrad.mixin.small_tensors import _arange
+from glassgrad.mixin.fused_attention import fused_attention, masked
 from glassgrad.shape import broadcast_shape
 
 if TYPE_CHECKING:
@@ -55,24 +55,22 @@ class AttentionMixin:
             raise ArgumentError(f"{op}: dropout_p must be a probability in [0, 1], got {dropout_p!r}")
         if enable_gqa:
             key, value = _repeat_heads(key, query, op), _repeat_heads(value, query, op)
-        length, source_length = query.shape[-2], key.shape[-2]
-        scores = query.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
-        if is_causal:
-            if attn_mask is not None:
-                raise ArgumentError(f"{op}: pass attn_mask or is_causal=True, not both")
-            rows = _arange(length, self).reshape(length, 1)
-            attn_mask = _arange(source_length, self).reshape(1, source_length) <= rows
+        scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+        if is_causal and attn_mask is not None:
+            raise ArgumentError(f"{op}: pass attn_mask or is_causal=True, not both")
         if attn_mask is not None:
             attn_mask = _nn_tensor(attn_mask, self, op, "attn_mask")
-            broadcast_shape(attn_mask.shape, scores.shape, f"{op}: attn_mask")
-            if attn_mask.dtype == dtypes.bool:
-                scores = attn_mask.where(scores, -math.inf)
-            elif dtypes.is_float(attn_mask.dtype):
-                scores = scores + attn_mask
-            else:
+            scores_shape = broadcast_shape(query.shape[:-2], key.shape[:-2], op) + (query.shape[-2], key.shape[-2])
+            broadcast_shape(attn_mask.shape, scores_shape, f"{op}: attn_mask")
+            if attn_mask.dtype != dtypes.bool and not dtypes.is_float(attn_mask.dtype):
                 raise DtypeError(f"{op}: attn_mask must be bool (True = attend) or float (added to the scores), "
                                  f"got {attn_mask.dtype}")  # fmt: skip
-        weights = scores.softmax(-1) if attn_mask is None else _softmax_of_masked(scores)
+        dropped = dropout_p and self.training  # (dropout drops nothing outside training)
+        if not dropped and (fused := fused_attention(query, key, value, attn_mask, scale, is_causal)) is not None:
+            return fused
+        scores = masked(query.matmul(key.transpose(-2, -1)) * scale, attn_mask, is_causal)
+        masks = attn_mask is not None or is_causal
+        weights = _softmax_of_masked(scores) if masks else scores.softmax(-1)
         if dropout_p:
             weights = weights.dropout(dropout_p)
         return weights.matmul(value)

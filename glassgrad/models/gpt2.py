@@ -49,7 +49,7 @@ class Attention:
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # query, key and value in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def __call__(self, x: Tensor, mask: Tensor | None, cache_kv: Tensor | None = None, pos: Tensor | None = None,
+    def __call__(self, x: Tensor, causal: bool, cache_kv: Tensor | None = None, pos: Tensor | None = None,
                  start_pos: Any = None) -> Tensor:  # fmt: skip
         batch, length, width = x.shape
         # (batch, length, 3 * width) -> (3, batch, heads, length, head size)
@@ -57,7 +57,7 @@ class Attention:
         q, k, v = qkv[0], qkv[1], qkv[2]
         if cache_kv is not None:
             k, v = remember(cache_kv, k, v, pos, start_pos)
-        out = q.scaled_dot_product_attention(k, v, attn_mask=mask)
+        out = q.scaled_dot_product_attention(k, v, is_causal=causal)  # (the fused kernel skips the keys after a row)
         return self.c_proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
@@ -88,9 +88,9 @@ class Block:
         self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), Attention(cfg)
         self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps), MLP(cfg)
 
-    def __call__(self, x: Tensor, mask: Tensor | None, cache_kv: Tensor | None = None, pos: Tensor | None = None,
+    def __call__(self, x: Tensor, causal: bool, cache_kv: Tensor | None = None, pos: Tensor | None = None,
                  start_pos: Any = None) -> Tensor:  # fmt: skip
-        x = x + self.attn(self.ln_1(x), mask, cache_kv, pos, start_pos)
+        x = x + self.attn(self.ln_1(x), causal, cache_kv, pos, start_pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -145,10 +145,10 @@ class GPT2:
                                  f"({cache[0].shape[1]}), got tokens of shape {tokens.shape}")  # fmt: skip
             query_pos = pos.reshape(1)
         # causal: a query sees keys up to its position (one cached query sees all start_pos + 1 keys it attends to)
-        mask = positions.reshape(1, -1) <= query_pos.reshape(-1, 1) if cache is None else None
+        causal = cache is None
         x = self.wte(tokens) + self.wpe(query_pos)
         for i, block in enumerate(self.h):
-            x = block(x, mask, None if cache is None else cache[i], pos, start_pos)
+            x = block(x, causal, None if cache is None else cache[i], pos, start_pos)
         return self.ln_f(x) @ self.wte.weight.T  # the head shares the token embedding's weights
 
 

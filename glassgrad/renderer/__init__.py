@@ -21,6 +21,8 @@ class Renderer:
     chain_sums: bool = False  # a float sum's unrolled terms go into its accumulator one by one (codegen/linearize.py)
     atomic_adds: bool = False  # a STORE that adds into memory (a scatter's) is atomic: threads may add into one place
     cache_bytes: int = 0  # bytes of a core's cache a kernel's operands may keep: the heuristics' CHUNK size (0: none)
+    fused_attention: bool = False  # scaled_dot_product_attention asks it for an ATTENTION kernel, which it writes
+    # whole (render_attention; mixin/fused_attention.py)
     # layouts the scheduler gives operands where this renderer's kernels pay for them (it asks, naming no device):
     packs_panels: bool = False  # its matmuls are register-blocked over B's columns: a large B is packed (pack.py)
     buffers_windows: bool = False  # a mask test per load keeps its loops from vector code: a convolution's padded
@@ -37,6 +39,10 @@ class Renderer:
         """The global size (by default the outer loop's length; None without one) and the local size (threads that
         work together on one global index, a GPU's block; None: one thread each), in the device's own terms."""
         return ((outer_loop.src[0].arg,) if outer_loop is not None else None), None
+
+    def render_attention(self, name: str, spec) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
+        """A fused attention kernel (renderer/attention.py's AttentionSpec): its source, global and local size."""
+        raise NotImplementedError(f"{type(self).__name__} writes no fused attention kernel")
 
     def render(self, name: str, program: list[UOp], outer_loop: UOp | None = None) -> str:
         """Source text for the program; `outer_loop`, if given, is a loop whose iterations are independent."""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from glassgrad.dtype import FP8_FORMATS, STORED_AS_BITS, DType, PtrDType, dtypes
 from glassgrad.helpers import host_cache_bytes
 from glassgrad.renderer import Renderer
+from glassgrad.renderer.attention import AttentionSpec, c_tasks, render_c_attention
 from glassgrad.renderer.fp8 import decode_name, encode_name, fp8_helpers
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
@@ -534,6 +535,11 @@ class CRenderer(CStyleRenderer):
     packs_panels = True
     buffers_windows = True
     cache_bytes = host_cache_bytes(2) // 2  # half of a core's L2: the rest holds the outputs and the other loads
+    fused_attention = True
+
+    def render_attention(self, name: str, spec: AttentionSpec) -> tuple[str, tuple[int, ...], None]:
+        """The CPU's fused attention kernel: threads split its tasks, a batch entry and block of query rows each."""
+        return render_c_attention(self, name, spec), (c_tasks(spec),), None
 
     def render_vector_alu(self, op: Ops, dtype: DType, args: list[str], src: tuple[UOp, ...],
                           scalars: list[str | None]) -> str:  # fmt: skip

@@ -17,7 +17,9 @@ import struct
 
 from glassgrad.dtype import DType, dtypes
 from glassgrad.helpers import prod
+from glassgrad.renderer.attention import AttentionSpec
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
+from glassgrad.renderer.cuda_attention import THREADS, cuda_blocks, render_cuda_attention
 from glassgrad.renderer.cuda_simt import SIMT_CONFIGS, SimtConfig, render_simt
 from glassgrad.renderer.cuda_tc import TF32_CONFIGS, TILE_CONFIGS, render_matmul
 from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig, render_wgmma
@@ -147,6 +149,9 @@ class CUDARenderer(CStyleRenderer):
     split_outer_loop = True
     has_local = True  # blocks of threads: the LOCAL and GROUP actions
     atomic_adds = True  # a scatter's threads add with atomicAdd
+    # its fused attention kernel (renderer/cuda_attention.py, SIMT) is correct but slower inside GPT-2 than the unfused
+    # path's tensor-core products (H200, fp16 forward 8 x 512: 370k against 435k tokens/s): asked for only when set
+    fused_attention = False
     # sums of products accumulate with fused multiply-adds (one instruction, one rounding, as cuBLAS does; the compiler
     # itself fuses nothing, --fmad=false), the unrolled terms of a sum one after another into the accumulator
     fuse_mulacc = True
@@ -162,6 +167,10 @@ class CUDARenderer(CStyleRenderer):
         kernel for a SimtConfig."""
         kinds = {WgmmaConfig: render_wgmma, SimtConfig: render_simt}
         return kinds.get(type(config), render_matmul)(self, name, mm, config, epilogue, operands)
+
+    def render_attention(self, name: str, spec: AttentionSpec) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+        """The fused attention kernel: a block per batch entry and ROWS query rows."""
+        return render_cuda_attention(self, name, spec), (cuda_blocks(spec),), (THREADS,)
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:
         """Global size: the grid loops' iterations (a thread, or a block, each); local size: a block's threads."""

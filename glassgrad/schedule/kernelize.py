@@ -1,8 +1,9 @@
 """Kernelize: decide which nodes of a Tensor graph become buffers and turn each into one kernel.
 
-A node becomes a buffer ("is realized") when a user asks for it, when it is CONTIGUOUS, COPY, ASSIGN or SCATTER_ADD,
-or when fusing it would repeat work: a reduction whose result is broadcast (expanded) or read by two kernels.
-Everything else fuses into the kernel of the realized node above it.
+A node becomes a buffer ("is realized") when a user asks for it, when it is CONTIGUOUS, COPY, ASSIGN, SCATTER_ADD or
+ATTENTION (whose inputs are buffers read through one strided view each), or when fusing it would repeat work: a
+reduction whose result is broadcast (expanded) or read by two kernels. Everything else fuses into the kernel of the
+realized node above it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from glassgrad.uop.view import ShapeTracker, apply_movement, chain_view
 
-HAS_BUFFER = (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN, Ops.SCATTER_ADD)  # nodes that always get a buffer of their own
+HAS_BUFFER = (
+    Ops.COPY,
+    Ops.CONTIGUOUS,
+    Ops.ASSIGN,
+    Ops.SCATTER_ADD,
+    Ops.ATTENTION,
+)  # nodes that always get a buffer of their own
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,12 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
             points[node.src[0]] = None  # a COPY moves whole buffers: a view of one (x.T) is made contiguous first
         if node.op is Ops.ASSIGN and _reads_target_elsewhere(node):
             add(node.src[1])
+        if node.op is Ops.ATTENTION:  # its kernel reads each input as it lies in memory, through one strided view
+            for s in node.src:
+                if _strided_view(s):
+                    add(s.base)
+                elif s not in points:  # a copy in order (even of a buffer: a view that no strides describe)
+                    points[s] = None
     # Reductions that would be recomputed when fused get their own buffer; repeat until nothing changes.
     changed = True
     while changed:
@@ -147,10 +160,16 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     return sorted(points, key=order.__getitem__)
 
 
+def _strided_view(node: UOp) -> bool:
+    """Whether `node` is one strided view (no padding) of what lies under its movement ops, a buffer once realized."""
+    st = chain_view(node)
+    return node.base.op is not Ops.DETACH and len(st.views) == 1 and st.views[0].mask is None
+
+
 def _kernel_sources(point: UOp) -> tuple[UOp, ...]:
     if point.op is Ops.ASSIGN:
         return (point.src[1],)
-    if point.op in (Ops.CONTIGUOUS, Ops.SCATTER_ADD):
+    if point.op in (Ops.CONTIGUOUS, Ops.SCATTER_ADD, Ops.ATTENTION):
         return point.src
     return (point,)
 
@@ -386,6 +405,8 @@ def build_kernel(point: UOp) -> UOp:
         return _kernel(out, [source], UOp(Ops.COPY, point.dtype, (), (point.device, start)))
     if point.op is Ops.SCATTER_ADD:
         return _scatter_kernel(point)
+    if point.op is Ops.ATTENTION:
+        return _attention_kernel(point)
     if point.op is Ops.ASSIGN:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
@@ -418,6 +439,16 @@ def _scatter_kernel(point: UOp) -> UOp:
     added = UOp(Ops.STORE, dtypes.void, (_output(out), _view(ShapeTracker.from_shape(src.shape)), value, at),
                 (Ops.ADD, point.arg, base.shape))  # fmt: skip
     return _kernel(first, list(inputs), UOp(Ops.SINK, dtypes.void, (added,)))
+
+
+def _attention_kernel(point: UOp) -> UOp:
+    """ATTENTION(q, k, v[, mask]) as one kernel whose AST is SINK(STORE(out, VIEW, ATTENTION(LOAD(q), ...))): each
+    input a buffer through one strided view; the renderer writes the kernel (codegen/attention.py)."""
+    out = new_buffer(point.device, point.size, point.dtype)
+    inputs: dict[UOp, int] = {}
+    value = point.replace(src=tuple(_to_ast(s, inputs) for s in point.src))
+    store = UOp(Ops.STORE, dtypes.void, (_output(out), _view(ShapeTracker.from_shape(point.shape)), value))
+    return _kernel(out, list(inputs), UOp(Ops.SINK, dtypes.void, (store,)))
 
 
 def _output(buffer: UOp) -> UOp:

@@ -60,6 +60,9 @@ class Ops(enum.Enum):
     # scatter: SCATTER_ADD(base, index, src), arg the axis: base with each src element added at the position along the
     # axis that index gives (index and src of one shape; not larger than base along the other axes)
     SCATTER_ADD = enum.auto()
+    # fused attention: ATTENTION(q, k, v[, mask]), arg (scale, causal): softmax(q @ k.T * scale + mask) @ v of every
+    # row and the row's logsumexp, packed flat in float32 (mixin/fused_attention.py); its kernel the renderer writes
+    ATTENTION = enum.auto()
     # movement (zero-copy)
     RESHAPE = enum.auto()
     PERMUTE = enum.auto()

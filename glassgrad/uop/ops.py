@@ -318,6 +318,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[int, ...] | None]] = {
     Ops.REDUCE_AXIS: lambda u: tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape)),
     Ops.VIEW: lambda u: u.arg.shape,
     Ops.SCATTER_ADD: lambda u: u.src[0].shape,
+    Ops.ATTENTION: lambda u: (prod(u.src[0].shape[:-1]) * (u.src[2].shape[-1] + 1),),  # outputs, then logsumexps
     Ops.MULTI: lambda u: _resized(u.src[0].shape, u.arg, lambda n: n * len(u.src)),
     Ops.MSELECT: lambda u: _resized(u.src[0].shape, u.arg[1], lambda n: n // len(u.src[0].device)),
     Ops.KERNEL: lambda u: None,
