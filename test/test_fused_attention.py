@@ -130,6 +130,7 @@ def test_q_k_and_v_slices_of_one_buffer(device, cuda_fused):
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.usefixtures("on_the_cpu")  # the C renderer fuses (CUDA=1 makes CUDA the default)
 def test_a_float_mask_gets_its_gradient():
     rng = np.random.default_rng(2)
     arrays, mask = _inputs((2, 3), 9, 13, 16, 16), rng.standard_normal((3, 9, 13)).astype(np.float32)
@@ -144,6 +145,7 @@ def test_a_float_mask_gets_its_gradient():
     np.testing.assert_allclose(ours.grad.numpy(), tmask.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("on_the_cpu")  # the C renderer fuses (CUDA=1 makes CUDA the default)
 def test_grouped_query_heads_are_copied_in_order_first():
     """enable_gqa repeats key's and value's heads: a view no strides describe, copied before the fused kernel."""
     arrays = _inputs((2, 4), 6, 5, 8, 8)
@@ -172,6 +174,7 @@ def test_uncovered_cases_take_the_ordinary_path_and_stay_correct(case):
     np.testing.assert_allclose(out.float().numpy(), want.numpy(), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.usefixtures("on_the_cpu")  # the C renderer fuses (CUDA=1 makes CUDA the default)
 def test_a_mask_that_broadcasts_the_batch_up():
     """q and k with no batch dims, a mask of a batch: the output has the mask's batch."""
     rng = np.random.default_rng(3)
@@ -199,6 +202,7 @@ def _cuda_source(dtype, mask_kind: str, shape=((2, 3), 37, 37, 80, 64)) -> str:
 
 
 @needs_nvrtc
+@pytest.mark.usefixtures("on_the_cpu")  # the kernel built from CPU tensors, rendered for CUDA
 @pytest.mark.parametrize("dtype", [F16, BF16, F32])
 @pytest.mark.parametrize("mask_kind", MASKS)
 def test_the_cuda_kernel_compiles(dtype, mask_kind):
@@ -225,6 +229,7 @@ def test_gpu_sixteen_bit_inputs(dtype, mask_kind, cuda_fused):
 # ---- the models take it ----
 
 
+@pytest.mark.usefixtures("on_the_cpu")  # the C renderer fuses (CUDA=1 makes CUDA the default)
 def test_gpt2_and_bert_attend_through_the_fused_kernel():
     from glassgrad.models.bert import Bert, BertConfig
     from glassgrad.models.gpt2 import GPT2, GPT2Config
