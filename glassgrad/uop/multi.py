@@ -177,9 +177,12 @@ def _reduce(node: UOp, x: UOp) -> UOp:
     op, axes = node.arg
     if x.arg is None or x.arg not in axes:
         return partial
+    # each shard's result gets a buffer first: every device then adds the same values (left in its own device's
+    # kernel, it could be fused there and rounded unlike the copy the others read: replicas apart by an ulp)
+    realized = [UOp(Ops.CONTIGUOUS, p.dtype, (p,)) for p in partial.src]
     combined = []
     for s in partial.src:
-        parts = [copy_to(p, s.device) for p in partial.src]
+        parts = [copy_to(p, s.device) for p in realized]
         total = parts[0]
         for p in parts[1:]:
             total = total.alu(op, p)
