@@ -67,6 +67,12 @@ def runs_blocks(device: str) -> bool:
     return _devices()[device].renderer.has_local
 
 
+def fuses_attention(device: str) -> bool:
+    """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node): its
+    `fused_attention`."""
+    return _devices()[device].renderer.fused_attention
+
+
 def holds(device: str, dtype: DType) -> bool:
     """Whether the device can hold (and compute with) `dtype`."""
     return _devices()[device].supports(dtype)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from glassgrad import device_info
 from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError
 from glassgrad.helpers import prod
 from glassgrad.mixin.small_tensors import _arange
-from glassgrad.runtime.device import Device
 from glassgrad.shape import broadcast_shape
 from glassgrad.uop.ops import Ops, UOp
 
@@ -32,7 +32,7 @@ MAX_HEAD = 128  # the largest head size (of queries and keys, and of values) the
 
 def renderer_fuses_attention(device: str | tuple[str, ...]) -> bool:
     """Whether the device's renderer writes fused attention kernels (one device, not shards on several)."""
-    return isinstance(device, str) and Device[device].renderer.fused_attention
+    return isinstance(device, str) and device_info.fuses_attention(device)
 
 
 def masked(scores: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
