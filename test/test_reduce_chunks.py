@@ -246,3 +246,13 @@ def test_chunk_is_refused_where_the_kernel_reads_the_buffer_it_stores_into():
     assert not any(o.op == "CHUNK" for o in actions(in_place)) and not valid(in_place, (Opt("CHUNK", reduced, 9),))
     with pytest.raises(ValueError, match="stores a sum as it is"):
         get_program(in_place, Device["CPU"].renderer, (Opt("CHUNK", reduced, 9),))
+
+
+def test_heuristics_do_not_chunk_a_reduction_into_more_than_max_chunks():
+    """Each chunk after the first reads and writes the whole output again: a weight gradient over 4096 rows whose
+    chunks would be 64 rows (64 of them) stays whole, one over 2048 rows (32 chunks) is chunked."""
+    lanes = Device["CPU"].renderer.vector_lanes
+    for tokens, chunked in ((4096, False), (2048, True)):
+        item = weight_gradient(tokens, 320, 64)
+        opts = hand_coded_opts(item.ast, lanes, cache_bytes=96 << 10)
+        assert any(o.op == "CHUNK" for o in opts) == chunked, (tokens, opts)

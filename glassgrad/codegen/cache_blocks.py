@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 MIN_CHUNK_STEPS = 64  # iterations of a chunk's loops at least (its terms over the unrolled lanes): each chunk reads
 # and writes the outputs once more (a weight gradient in chunks of one image, 8 steps of 8 lanes: 56 -> 73 ms)
+MAX_CHUNKS = 32  # each chunk after the first reads and writes the whole output again: beautiful_mnist's gather of
+# its batch from the 60,000 training images (a one-hot contraction, 200 chunks of 300) ran 1.5 s a step, 5x the step
 STRIDED_BYTES = 1024  # a load that steps this far a term reads lines no prefetcher follows, each from far away
 # (a forward matmul steps 4 bytes along A's rows and 128 along B's packed panels: chunked, 6.9 -> 8.3 ms on one core;
 # dY.T @ X steps 1.5 KB: 8.2 -> 7.5 ms, X.T @ dY 6 KB: 14.4 -> 9.7 ms)
@@ -50,7 +52,7 @@ def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], cache_bytes: in
     lanes = prod(o.amount for o in opts if o.op == "UNROLL")
     inner_steps = prod(full[a] for a in reduce.arg[1]) // size / lanes
     fits = [n for n in range(unroll, size, unroll) if size % n == 0 and n * row_bytes <= cache_bytes]
-    if not fits or fits[-1] * inner_steps < MIN_CHUNK_STEPS:
+    if not fits or fits[-1] * inner_steps < MIN_CHUNK_STEPS or size // fits[-1] > MAX_CHUNKS:
         return None
     return Opt("CHUNK", loops[outer], fits[-1])
 
