@@ -51,6 +51,7 @@ def _aligned(index: UOp, itemsize: int, lanes: int) -> bool:
     return all(factor % unit == 0 for _, factor in map(_as_term, _sum_terms(index) or [index]))
 
 
+@functools.lru_cache(maxsize=512)  # asked twice a kernel: by match_matmul (which axis to copy along), by lower_operand
 def operand_chunk(value: UOp, along_k: bool, lanes: int) -> OperandChunk | None:
     """The operand's value (at SPECIALs gg_r, gg_k) on a chunk, or None where no input is read side by side."""
     axis = "gg_k" if along_k else "gg_r"
