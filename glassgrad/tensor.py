@@ -245,6 +245,8 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
             raise ArgumentError(f"assign: value is on {value.device} but the tensor is on {self.device}")
         if value.dtype != self.dtype:
             raise DtypeError(f"assign: value has dtype {value.dtype} but the tensor has {self.dtype}; use .cast()")
+        if self.numel() == 0:  # nothing to write (and no kernel to run for it)
+            return self
         # the value as it is now: its own graph, built on nodes realized since (rng state + step), keeps old steps alive
         target, value_now = self._current_uop(), value._current_uop()
         if _reads_through_other_view(value_now, target):  # x.assign(x.T): read everything before it is overwritten
@@ -253,8 +255,11 @@ class Tensor(MovementMixin, ElementwiseMixin, AutogradMixin, MathMixin, ReduceMi
         if target.base.op not in (Ops.BUFFER, Ops.ASSIGN):
             self.realize()
             target, value_now = self.uop, current(value_now)
+        whole = target.op is Ops.ASSIGN or self._is_contiguous_buffer()
         self.uop, self._assigned_in = UOp(Ops.ASSIGN, self.dtype, (target, value_now)), thread_id()  # for TinyJit
         track(self)
+        if not whole:  # a view of a buffer other tensors hold: write now, so that they read the new values (torch's)
+            self.realize()
         return self
 
     def _host_bytes(self) -> bytearray:

@@ -302,6 +302,19 @@ def test_lowering_a_copy_to_one_device_gathers():
     assert sum(n.op is Ops.COPY for n in gathered.toposort()) == 1  # only the other device's shard moves
 
 
+def test_lowering_a_scatter_add_runs_it_once_and_copies_the_result():
+    """On a GPU a scatter-add's atomics add in any order: a device computing its own would hold a replica an ulp
+    apart (a data-parallel embedding's weights drifted apart so); the first device computes, the others copy."""
+    base = multi([Tensor.zeros(5, 3).to(d).contiguous().realize().uop for d in TWO], None)
+    index = multi([Tensor([[0, 4, 4], [1, 1, 0]]).to(d).realize().uop for d in TWO], 0)  # a (4, 3) index, split
+    added = _buffers((2, 3), TWO)
+    lowered = lower_multi(UOp(Ops.SCATTER_ADD, base.dtype, (base, index, added), 0))
+    assert lowered.op is Ops.MULTI and lowered.arg is None and [s.device for s in lowered.src] == list(TWO)
+    scatters = {n for n in UOp(Ops.SINK, base.dtype, lowered.src).toposort() if n.op is Ops.SCATTER_ADD}
+    assert len(scatters) == 1 and next(iter(scatters)).device == TWO[0]
+    assert any(n.op is Ops.COPY for n in lowered.src[1].toposort())  # the second device's is a copy
+
+
 def test_sgd_steps_in_tinyjit_match_unjitted(devices):
     """A jitted data-parallel step: each call's sharded batch is its own (the shards' buffers are swapped in)."""
     batches = [_data((6, 4), 10 + i) for i in range(4)]

@@ -22,13 +22,17 @@ from glassgrad.tensor import Tensor
 def through_one_buffer(tensors: list[Tensor], run: Callable[[Tensor], None]) -> list[Tensor]:
     """`tensors` (one dtype, one device) concatenated into one buffer that `run` changes in place, and split back:
     a view of it for each tensor."""
-    flat = Tensor.cat(*[t.reshape(t.numel()) for t in tensors]).contiguous()
-    run(flat)
-    views, start = [], 0
+    # each tensor written into its part by a kernel of its own, where its last ops fuse (a cat would put every
+    # tensor's pending work into one kernel: for GPT-2's 148 gradients, a minute of compiling)
+    flat = Tensor.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
+    parts, start = [], 0
     for t in tensors:
-        views.append(flat[start : start + t.numel()].reshape(t.shape))
+        parts.append(flat[start : start + t.numel()])
         start += t.numel()
-    return views
+    for part, t in zip(parts, tensors):
+        part.assign(t.reshape(t.numel()))
+    run(flat)
+    return [part.reshape(t.shape) for part, t in zip(parts, tensors)]
 
 
 def by_dtype_and_device(tensors: list[Tensor]) -> list[list[Tensor]]:

@@ -252,15 +252,14 @@ def readers_of_buffers(written: set[int]) -> list[Tensor]:
 def _lazy_tensors(exclude: Iterable[Tensor]) -> list[Tensor]:
     """Live tensors not backed by a buffer (or a view of one), each pointed at its graph as it stands now."""
     skip = set(map(id, exclude))
-    lazy = []
-    for ref in list(_all_tensors.values()):
-        t = ref()
-        if t is None or id(t) in skip or (u := t.uop).op is Ops.BUFFER or u.base.op is Ops.BUFFER:
-            continue
-        t._set_uop(current(u))  # a stale graph reads through nodes realized since: look at what stands for them
-        if t.uop.base.op is not Ops.BUFFER:
-            lazy.append(t)
-    return lazy
+    lazy = [t for ref in list(_all_tensors.values()) if (t := ref()) is not None and id(t) not in skip
+            and t.uop.op is not Ops.BUFFER and t.uop.base.op is not Ops.BUFFER]  # fmt: skip
+    if lazy and replaced.live:  # a stale graph reads through nodes realized since: look at what stands for them,
+        # in one walk over all the graphs (a walk per tensor is quadratic: a training step holds hundreds of them)
+        now = current_map(UOp(Ops.SINK, dtypes.void, tuple(t.uop for t in lazy)))
+        for t in lazy:
+            t._set_uop(now[t.uop])
+    return [t for t in lazy if t.uop.base.op is not Ops.BUFFER]
 
 
 def _readers(lazy: list[Tensor], overwritten: Callable[[UOp], bool], running: set[UOp]) -> list[Tensor]:

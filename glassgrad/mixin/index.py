@@ -381,10 +381,7 @@ class IndexMixin:
         if new is None:  # the index selects nothing
             return
         if not grad and _has_storage(old.uop):
-            whole = old.uop.op is Ops.ASSIGN or self._is_contiguous_buffer()
-            self.assign(new)
-            if not whole:  # a view of another tensor's buffer: write now, so that the other tensor reads it
-                self.realize()
+            self.assign(new)  # into a view of another tensor's buffer, assign writes at once
             return
         self._set_uop(new.uop)  # through _set_uop: every change of a tensor's node is tracked (engine/lazy.py)
         self._autograd_uop = None

@@ -103,8 +103,8 @@ def _lower(node: UOp, src: tuple[UOp, ...]) -> UOp:
         return _reduce(node, src[0])
     if node.op in GroupOp.Movement:
         return _movement(node, src[0])
-    if node.op is Ops.SCATTER_ADD:  # base, index and source may differ in size along any axis: on whole copies
-        return _per_shard(node, [_reshard(s, None) for s in src], None)
+    if node.op is Ops.SCATTER_ADD:
+        return _once_then_copied(node, src)
     if node.op is Ops.ASSIGN:  # into the target's own shards
         axis = src[0].arg
     else:
@@ -118,6 +118,15 @@ def _check_devices(node: UOp, src: tuple[UOp, ...]) -> None:
         raise ArgumentError(f"{node.op.name.lower()}: tensors are on different devices: "
                             f"{' and '.join(str(d) for d in dict.fromkeys(devices))}; move one with .to() or "
                             ".shard()")  # fmt: skip
+
+
+def _once_then_copied(node: UOp, src: tuple[UOp, ...]) -> UOp:
+    """`node` on whole copies of its sources on the first device, its result copied to the others. For a scatter-add:
+    base, index and source may differ in size along any axis, and its atomics add in any order on a GPU, so a device
+    computing its own would hold a replica an ulp apart from the others'."""
+    devices = [s.device for s in next(s for s in src if s.op is Ops.MULTI).src]
+    first = node.replace(src=tuple(gather(s, devices[0]) if s.op is Ops.MULTI else s for s in src))
+    return multi([copy_to(first, d) for d in devices], None)
 
 
 def _per_shard(node: UOp, src: list[UOp], axis: int | None) -> UOp:
