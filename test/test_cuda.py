@@ -392,6 +392,28 @@ def test_work_off_the_gpu_replays_item_by_item():
     assert jitted.graph is False
 
 
+def _round_trip_in_the_middle(a: Tensor, b: Tensor) -> Tensor:
+    h = (a @ b).relu().sum(axis=1, keepdim=True) + a  # kernels on the GPU
+    back = h.to("CPU").to("CUDA")  # copies through the host: they run by themselves, between graphs
+    return ((back @ b).exp().sum(axis=0) * 0.5).realize()
+
+
+@needs_gpu
+def test_a_replay_with_work_off_the_gpu_in_the_middle_graphs_the_stretches_around_it():
+    from glassgrad.engine.cuda_graph import GraphRuns
+
+    inputs = [(random_array((9, 30), seed=s), random_array((30, 30), seed=s + 9) * 0.1) for s in range(5)]
+    with_graph, jitted, launches = _jit_runs(_round_trip_in_the_middle, inputs, graph=True)
+    without, plain, _ = _jit_runs(_round_trip_in_the_middle, inputs, graph=False)
+    assert isinstance(jitted.graph, GraphRuns)
+    graphs = [g for _, _, g in jitted.graph.stretches if g is not None]
+    assert len(graphs) >= 1 and launches == 3 * len(graphs)  # calls 3 to 5 replay, each stretch a launch
+    for g, p, (a, b) in zip(with_graph, without, inputs):
+        assert np.array_equal(g.view(np.uint32), p.view(np.uint32))
+        h = np.maximum(a @ b, 0).sum(axis=1, keepdims=True) + a
+        np.testing.assert_allclose(g, np.exp(h @ b).sum(axis=0) * 0.5, rtol=1e-4)
+
+
 # ---- large elementwise kernels: several indices a thread ----
 
 

@@ -5,6 +5,8 @@ captured item runs on one CUDA device, the first replay builds a graph of them i
 copy node per device-to-device copy, each depending on the one before, so they run in the captured order) and
 instantiates it; every replay then launches it with one cuGraphLaunch. A replay whose buffers differ from the graph's
 (new inputs swapped in) updates the changed nodes' parameters in the instantiated graph rather than building again.
+Where some items cannot be graph nodes (an NCCL collective, a copy through the host), each stretch of two or more
+that can becomes a graph of its own, and the others run by themselves between them (GraphRuns).
 
 JIT_GRAPH=0 (or `Context(JIT_GRAPH=0)`) replays kernel by kernel instead.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from glassgrad.engine.realize import CopyRunner
 from glassgrad.helpers import ContextVar
@@ -53,25 +56,55 @@ def _is_kernel(item) -> bool:
     return isinstance(getattr(item.runner, "program", None), CUDAProgram)
 
 
-def _graph_device(items: Sequence, bufs: Sequence[Sequence[Buffer]]) -> CudaDevice | None:
-    """The one CUDA device every item runs on (a kernel's, or both ends of a copy), else None."""
-    devices = {}  # by id: a device compares by name, not by hash
-    for item, item_bufs in zip(items, bufs):
-        if _is_kernel(item):
-            devices[id(item.runner.program.device)] = item.runner.program.device
-        elif isinstance(item.runner, CopyRunner):
-            devices.update((id(d), d) for d in (Device[b.device] for b in item_bufs))
-        else:
-            return None
-    (device,) = devices.values() if len(devices) == 1 else (None,)
-    return device if isinstance(device, CudaDevice) else None
+def _item_device(item, bufs: Sequence[Buffer]) -> CudaDevice | None:
+    """The CUDA device a graph node for this item would run on: a kernel's, or both ends of a copy's; else None (a
+    collective, a copy between devices or to the host: it runs by itself, between graphs)."""
+    if _is_kernel(item):
+        devices = [item.runner.program.device]
+    elif isinstance(item.runner, CopyRunner):
+        devices = [Device[b.device] for b in bufs]
+    else:
+        return None
+    first = devices[0]
+    return first if isinstance(first, CudaDevice) and all(d is first for d in devices) else None
 
 
-def graph_for(items: Sequence, bufs: Sequence[Sequence[Buffer]]) -> CUDAGraph | None:
-    """A CUDA graph of the ExecItems `items` run on `bufs` (one list per item), where they can form one: all kernels
-    on one CUDA device or copies within it; else None (and the caller replays them one by one)."""
-    device = _graph_device(items, bufs) if JIT_GRAPH and items else None
-    return CUDAGraph(device, items, bufs) if device is not None else None
+def graph_for(items: Sequence, bufs: Sequence[Sequence[Buffer]]) -> CUDAGraph | GraphRuns | None:
+    """What replays the ExecItems `items` on `bufs` (one list per item) in fewest launches: one CUDA graph where all
+    are kernels or copies on one CUDA device; else a graph for each stretch of two or more such items on one device
+    with the others (an NCCL all-reduce) run by themselves between them; None where no stretch can be a graph."""
+    if not JIT_GRAPH or not items:
+        return None
+    devices = [_item_device(item, b) for item, b in zip(items, bufs)]
+    if devices[0] is not None and all(d is devices[0] for d in devices):
+        return CUDAGraph(devices[0], items, bufs)
+    stretches, start = [], 0
+    for i in range(1, len(items) + 1):  # stretches of one device (or of None: items that run by themselves)
+        if i == len(items) or devices[i] is not devices[start] or devices[i] is None:
+            stretches.append((start, i))
+            start = i
+    if not any(devices[a] is not None and b - a >= 2 for a, b in stretches):
+        return None
+    return GraphRuns(items, bufs, [(a, b, devices[a]) for a, b in stretches])
+
+
+class GraphRuns:
+    """A replay in stretches: a CUDA graph for each stretch of kernels on one device, the other items run one by one
+    in between (each on the default stream, as the graphs are: they stay in the captured order)."""
+
+    def __init__(self, items: Sequence, bufs: Sequence[Sequence[Buffer]], stretches: list[tuple[int, int, Any]]):
+        self.items = list(items)
+        self.stretches = [(a, b, CUDAGraph(d, items[a:b], bufs[a:b]) if d is not None and b - a >= 2 else None)
+                          for a, b, d in stretches]  # fmt: skip
+
+    def __call__(self, bufs: Mapping[int, Sequence[Buffer]], wait: bool = False) -> None:
+        """Launch each stretch, the items' buffers those `bufs` names (by item index) or the captured ones."""
+        for a, b, graph in self.stretches:
+            if graph is not None:
+                graph({i - a: item_bufs for i, item_bufs in bufs.items() if a <= i < b}, wait)
+            else:
+                for i in range(a, b):
+                    self.items[i].run()
 
 
 class CUDAGraph:

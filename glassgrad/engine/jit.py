@@ -117,7 +117,8 @@ class TinyJit(Generic[R]):
         self.result: R | None = None
         self.result_inputs: list[tuple[int, int, UOp | None]] = []  # (result tensor, input, view of it or None)
         self.memory_saved = 0  # bytes the memory planner found the captured buffers can share
-        self.graph: cuda_graph.CUDAGraph | None | bool = None  # built on the first replay; False: none can be
+        # built on the first replay; False: none can be
+        self.graph: cuda_graph.CUDAGraph | cuda_graph.GraphRuns | None | bool = None
         self.checking: list[CompiledKernel] = []  # the captured kernels that check values: read after each replay
         self.variables: set[UOp] = set()  # the Variables the captured kernels take: each replay binds them anew
         self.values_read: dict[UOp, int] = {}  # Variables whose capture-time value the captured kernels hold
