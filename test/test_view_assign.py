@@ -60,3 +60,23 @@ def test_one_buffer_holds_each_tensor_written_by_its_own_kernel(shapes):
     for got, a in zip(doubled, arrays):
         assert got.shape == a.shape
         np.testing.assert_allclose(got.numpy(), np.exp(a * 2) * 2, rtol=1e-6)
+
+
+def _kernel_names(out: str) -> list[str]:
+    return [line.split()[3] for line in out.splitlines() if line.startswith("*** ")]
+
+
+def test_a_product_written_into_the_buffer_runs_the_kernel_it_runs_alone(capsys):
+    """A weight gradient keeps its rows and columns in its part of the buffer: written flat it is no matmul (on an
+    H200, GPT-2's gradients ran at 4.7 TFLOP/s there against 26 alone)."""
+    from glassgrad import Context
+
+    a, b = Tensor.rand(256, 64).realize(), Tensor.rand(256, 96).realize()
+    capsys.readouterr()
+    with Context(DEBUG=2):
+        alone = (a.T @ b).realize()
+        parts = through_one_buffer([a.T @ b, a.sum(0)], lambda flat: flat.realize())
+    names = _kernel_names(capsys.readouterr().out)
+    assert len(names) == 3 and names[1] == names[0]
+    np.testing.assert_allclose(parts[0].numpy(), alone.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(parts[1].numpy(), a.numpy().sum(0), rtol=1e-5)

@@ -26,13 +26,13 @@ def through_one_buffer(tensors: list[Tensor], run: Callable[[Tensor], None]) -> 
     # tensor's pending work into one kernel: for GPT-2's 148 gradients, a minute of compiling)
     flat = Tensor.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
     parts, start = [], 0
-    for t in tensors:
-        parts.append(flat[start : start + t.numel()])
+    for t in tensors:  # each part in its tensor's shape: a gradient's product keeps its rows and columns (written
+        parts.append(flat[start : start + t.numel()].reshape(t.shape))  # flat, it is no matmul: 2 ms, not 0.2)
         start += t.numel()
     for part, t in zip(parts, tensors):
-        part.assign(t.reshape(t.numel()))
+        part.assign(t)
     run(flat)
-    return [part.reshape(t.shape) for part, t in zip(parts, tensors)]
+    return parts
 
 
 def by_dtype_and_device(tensors: list[Tensor]) -> list[list[Tensor]]:
