@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from glassgrad.dtype import DType
+    from glassgrad.renderer import Renderer
 
 
 class DeviceRegistry(Protocol):
@@ -62,15 +63,20 @@ def check_known(device: str) -> None:
     _devices()[device]
 
 
+def renderer(device: str) -> Renderer:
+    """The renderer of the device's kernels: what its kernels can do and pay for (the scheduler's rules ask it)."""
+    return _devices()[device].renderer
+
+
 def runs_blocks(device: str) -> bool:
     """Whether the device runs blocks of threads that share memory (a GPU): its renderer's `has_local`."""
-    return _devices()[device].renderer.has_local
+    return renderer(device).has_local
 
 
 def fuses_attention(device: str) -> bool:
     """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node): its
     `fused_attention`."""
-    return _devices()[device].renderer.fused_attention
+    return renderer(device).fused_attention
 
 
 def holds(device: str, dtype: DType) -> bool:

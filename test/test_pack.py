@@ -7,7 +7,7 @@ import torch
 
 import glassgrad.engine.schedule_cache as schedule_cache
 import glassgrad.schedule.pack as pack
-from glassgrad import Context, Device, GlobalCounters, Tensor
+from glassgrad import Context, Device, GlobalCounters, Tensor, device_info
 from glassgrad.codegen.heuristics import hand_coded_opts
 from glassgrad.codegen.opt import Opt
 from glassgrad.helpers import prod
@@ -78,9 +78,10 @@ def test_the_rule_asks_the_renderer_and_names_no_device(monkeypatch):
     reduce = next(u for u in (a @ b).uop.toposort() if u.op is Ops.REDUCE_AXIS)
     monkeypatch.setattr(type(Device["CPU"].renderer), "packs_panels", False)
     assert pack.pack_panels.rewrite(reduce) is None
-    monkeypatch.setattr(pack, "device_renderer", None)  # no lookup installed: the scheduler knows no device
     monkeypatch.setattr(type(Device["CPU"].renderer), "packs_panels", True)
-    assert pack.pack_panels.rewrite(reduce) is None
+    asked, renderer_of = [], device_info.renderer
+    monkeypatch.setattr(device_info, "renderer", lambda device: asked.append(device) or renderer_of(device))
+    assert pack.pack_panels.rewrite(reduce) is not None and set(asked) == {"CPU"}  # through device_info only
 
 
 def test_a_sum_of_products_that_is_no_matmul_and_a_conv_are_left_alone():

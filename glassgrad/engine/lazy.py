@@ -40,8 +40,6 @@ from glassgrad.engine.schedule_cache import (
 from glassgrad.engine.threads import one_thread_at_a_time
 from glassgrad.helpers import KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
-from glassgrad.runtime.device import Device
-from glassgrad.schedule import pack
 from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.multi import lower_multi
@@ -49,8 +47,6 @@ from glassgrad.uop.ops import Ops, UOp, new_buffer
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
-
-pack.device_renderer = lambda device: Device[device].renderer  # what the scheduler asks of a device's kernels
 
 # Every live Tensor, so that realizing one graph can point all tensors that share it at the result.
 _all_tensors: dict[int, weakref.ref[Tensor]] = {}

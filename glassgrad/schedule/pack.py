@@ -16,8 +16,7 @@ and the output are single views and the kernel's index math stays affine:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from glassgrad import device_info
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import L2_BUDGET, NOOPT
 from glassgrad.renderer import Renderer
@@ -35,15 +34,11 @@ def movement(op: Ops, x: UOp, arg) -> UOp:
     return UOp(op, x.dtype, (x,), tuple(arg))
 
 
-# A device's renderer, for the rules that ask what its kernels pay for (Renderer.packs_panels, .buffers_windows) and
-# whether it runs any (.runs_kernels): the engine installs Device's lookup (engine/lazy.py), so the scheduler names
-# no device and imports no runtime.
-device_renderer: Callable[[str], Renderer] | None = None
-
-
 def renderer_of_device(device: str | tuple | None) -> Renderer | None:
-    """The renderer of one device (None for several, or with no lookup installed)."""
-    return device_renderer(device) if device_renderer is not None and isinstance(device, str) else None
+    """The renderer of one device (None for several): the rules ask what its kernels pay for (Renderer.packs_panels,
+    .buffers_windows) and whether it runs any (.runs_kernels) through device_info, so the scheduler names no device
+    and imports no runtime."""
+    return device_info.renderer(device) if isinstance(device, str) else None
 
 
 def renderer_of(node: UOp) -> Renderer | None:
