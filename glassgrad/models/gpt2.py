@@ -31,11 +31,11 @@ from glassgrad import Tensor, TinyJit, Variable, nn
 class GPT2Config:
     """The sizes of a GPT-2-shaped model (the defaults: a small one for examples and benchmarks)."""
 
-    vocab_size: int = 1000
-    n_ctx: int = 128
-    n_embd: int = 256
-    n_layer: int = 4
-    n_head: int = 4
+    vocab_size: int = 1000  # tokens the embedding and the head know
+    n_ctx: int = 128  # the longest sequence: positions the position embedding has
+    n_embd: int = 256  # the width of every layer
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads (n_embd splits among them)
     layer_norm_eps: float = 1e-5
 
 

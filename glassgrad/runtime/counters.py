@@ -4,11 +4,11 @@
 class GlobalCounters:
     """Kernels run, operations and bytes they did, time spent in them, and device memory in use."""
 
-    kernel_count: int = 0
-    global_ops: int = 0
-    global_mem: int = 0
-    time_sum_s: float = 0.0
-    mem_used: int = 0
+    kernel_count: int = 0  # kernels run
+    global_ops: int = 0  # their arithmetic operations, as the kernels' specs count them
+    global_mem: int = 0  # bytes they read and wrote
+    time_sum_s: float = 0.0  # seconds they took, where timed (DEBUG>=2)
+    mem_used: int = 0  # bytes of device buffers allocated now
     mem_peak: int = 0  # the most mem_used has been since the last reset
 
     @staticmethod
