@@ -181,19 +181,32 @@ def weight_gradient(tokens, features, outputs):
     return (x.T @ dy).schedule()[-1]
 
 
-def test_heuristics_chunk_a_weight_gradient_that_outgrows_the_cache():
-    item = weight_gradient(512, 320, 64)  # 512 rows of 320 + 64 floats: 768 KB of operands, X's rows 1280 B apart
-    lanes = Device["CPU"].renderer.vector_lanes
-    opts = hand_coded_opts(item.ast, lanes, cache_bytes=128 << 10)
-    chunk = [o for o in opts if o.op == "CHUNK"]
-    assert chunk == [Opt("CHUNK", main_reduce(item.ast).arg[1][0], 64)]  # 64 rows of 1536 bytes: 96 KB, within 128
-    assert not any(o.op == "CHUNK" for o in hand_coded_opts(item.ast, lanes, cache_bytes=1 << 20))  # it all fits
-    assert not any(o.op == "CHUNK" for o in hand_coded_opts(item.ast, lanes))  # a renderer with no cache to block for
+# (tokens, features, outputs of X.T @ dY, the cache declared, the chunk chosen or None): per iteration of the loop
+# threads split, chunks cost their output read and written again, and save the operands re-read by the register
+# blocks inside it that fall out of the cache
+WEIGHT_GRADIENTS = [
+    (1024, 1536, 384, 1 << 20, 128),  # 7.5 MB of operands, the blocks of a tile re-read dY's panel: chunked
+    (1024, 384, 8192, 1 << 20, 256),  # the vocabulary's tiles: each tile's rows fit in 256 terms
+    (512, 320, 64, 96 << 10, 256),  # 768 KB of operands outgrow 96 KB, re-read by the second column block
+    (512, 320, 64, 128 << 10, None),  # the same a little larger: what falls out no longer pays for a second chunk
+    (128, 2048, 2048, 1 << 20, None),  # a 16 MB output from 2 MB of operands: each chunk would write it again
+    (256, 1024, 1024, 1 << 20, None),  # a 4 MB output, its blocks' operands all but fit
+    (1024, 1536, 384, 64 << 20, None),  # it all fits in the cache
+    (1024, 1536, 384, 0, None),  # a renderer with no cache to block for
+]
+
+
+@pytest.mark.parametrize("tokens,features,outputs,cache,chunk", WEIGHT_GRADIENTS)
+def test_heuristics_chunk_a_weight_gradient_where_its_bytes_say_so(tokens, features, outputs, cache, chunk):
+    item = weight_gradient(tokens, features, outputs)
+    opts = hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes, cache_bytes=cache)
+    expected = [] if chunk is None else [Opt("CHUNK", main_reduce(item.ast).arg[1][0], chunk)]
+    assert [o for o in opts if o.op == "CHUNK"] == expected, opts
 
 
 def test_a_load_that_stays_put_along_the_sum_takes_no_room_in_a_chunk():
     """A bias added to dY inside the weight gradient's kernel is read once for all terms: the chunk is as long as
-    without it (64 rows of 1536 bytes fill 96 KB; were the bias a row of its own, 1792 bytes, 32 would)."""
+    without it (256 rows of 320 + 64 floats fill 96 KB; were the bias a row of its own, 128 would)."""
     x = Tensor(rng.standard_normal((512, 320)).astype(np.float32))
     dy = Tensor(rng.standard_normal((512, 64)).astype(np.float32))
     bias = Tensor(rng.standard_normal(64).astype(np.float32)).realize()
@@ -201,7 +214,7 @@ def test_a_load_that_stays_put_along_the_sum_takes_no_room_in_a_chunk():
     loads = [n for n in item.ast.toposort() if n.op is Ops.LOAD]
     assert len(loads) == 3  # x, dy and the bias, in the one kernel
     opts = hand_coded_opts(item.ast, Device["CPU"].renderer.vector_lanes, cache_bytes=96 << 10)
-    assert [o for o in opts if o.op == "CHUNK"] == [Opt("CHUNK", main_reduce(item.ast).arg[1][0], 64)]
+    assert [o for o in opts if o.op == "CHUNK"] == [Opt("CHUNK", main_reduce(item.ast).arg[1][0], 256)]
 
 
 def test_heuristics_leave_a_small_contraction_a_forward_matmul_and_a_row_sum_unchunked():
@@ -222,7 +235,7 @@ def test_the_cpu_renderer_declares_a_cache():
 def test_heuristic_chunks_keep_forward_and_backward_values(monkeypatch):
     """With a small cache declared, the heuristics chunk the weight gradients; each kernel compiled as they choose."""
     monkeypatch.setattr(Device["CPU"].renderer, "cache_bytes", 96 << 10)
-    x_np, w_np = rng.standard_normal((256, 320)).astype(np.float32), rng.standard_normal((320, 24)).astype(np.float32)
+    x_np, w_np = rng.standard_normal((512, 320)).astype(np.float32), rng.standard_normal((320, 64)).astype(np.float32)
     x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True)
     (x @ w).square().sum().backward()
     tx, tw = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(w_np).requires_grad_()
@@ -246,13 +259,3 @@ def test_chunk_is_refused_where_the_kernel_reads_the_buffer_it_stores_into():
     assert not any(o.op == "CHUNK" for o in actions(in_place)) and not valid(in_place, (Opt("CHUNK", reduced, 9),))
     with pytest.raises(ValueError, match="stores a sum as it is"):
         get_program(in_place, Device["CPU"].renderer, (Opt("CHUNK", reduced, 9),))
-
-
-def test_heuristics_do_not_chunk_a_reduction_into_more_than_max_chunks():
-    """Each chunk after the first reads and writes the whole output again: a weight gradient over 4096 rows whose
-    chunks would be 64 rows (64 of them) stays whole, one over 2048 rows (32 chunks) is chunked."""
-    lanes = Device["CPU"].renderer.vector_lanes
-    for tokens, chunked in ((4096, False), (2048, True)):
-        item = weight_gradient(tokens, 320, 64)
-        opts = hand_coded_opts(item.ast, lanes, cache_bytes=96 << 10)
-        assert any(o.op == "CHUNK" for o in opts) == chunked, (tokens, opts)
