@@ -24,15 +24,19 @@ MIN_CHUNK_STEPS = 64  # iterations of a chunk's loops at least (its terms over t
 STRIDED_BYTES = 1024  # a load that steps this far a term reads lines no prefetcher follows, each from far away
 # (a forward matmul steps 4 bytes along A's rows and 128 along B's packed panels: chunked, 6.9 -> 8.3 ms on one core;
 # dY.T @ X steps 1.5 KB: 8.2 -> 7.5 ms, X.T @ dY 6 KB: 14.4 -> 9.7 ms)
+PAGE_BYTES = 4096  # a load stepping this far a term reads a page a term...
+TLB_PAGES = 64  # ...and a sweep over more pages than the first-level TLB holds misses it on the rest (x86 cores: 64)
+MISS_BYTES = 24  # what a TLB miss costs, in bytes moved: the second-level TLB's 7 cycles or so, against memory's
+# 64-byte line in 20 (one core: X.T @ dY of 1024 tokens, X's rows 32 KB apart, a 2 MB output a tile: unchunked 103 ms,
+# chunks of 64 terms 57, of 128 62; 128 tokens, rows 16 KB apart, 32 MB of output a tile: 2 chunks 94 ms, one 82-87)
 
 
 def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], summed: list[int], cache_bytes: int) -> Opt | None:
     """CHUNK of the outermost `summed` axis of a contraction (the main reduce's axes left once gathers are folded into
-    loads) whose operands outgrow `cache_bytes` (the renderer's share of a core's cache; 0: none) and some of which it
-    steps along by STRIDED_BYTES or more: the longest chunk whose rows fit in the cache, where the bytes it saves
-    (`_bytes_saved`) exceed what its chunks cost (each after the first reads and writes the output again). None
-    for a kernel whose sum is not stored as it is, or whose loads no output block shares (a row sum: nothing is read
-    twice), or where the whole reduction fits."""
+    loads) that some load steps along by STRIDED_BYTES or more: the chunk length that moves the fewest bytes
+    (`_bytes_moved`), where that is fewer than the whole reduction's, and leaves a chunk MIN_CHUNK_STEPS steps.
+    None for a renderer with no cache (`cache_bytes` 0), a kernel whose sum is not stored as it is, or whose loads no
+    output block shares (a row sum: nothing is read twice)."""
     reduce = main_reduce(ast)
     if not cache_bytes or not summed or not chunkable(ast):
         return None
@@ -49,19 +53,45 @@ def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], summed: list[in
     outer = min(loops)  # the outermost reduced axis: its chunks are the largest parts of the reduction
     if not _far_apart(loads, outer, reduce.dtype.itemsize):
         return None
-    row_bytes = _bytes_a_term(loads, sizes, outer, reduce.dtype.itemsize)
     size, unroll = full[loops[outer]], next((o.amount for o in opts if o.op == "UNROLL" and o.axis == loops[outer]), 1)
-    if size * row_bytes <= cache_bytes:
-        return None
-    lanes = prod(o.amount for o in opts if o.op == "UNROLL")
-    inner_steps = prod(full[a] for a in summed) // size / lanes
-    fits = [n for n in range(unroll, size, unroll) if size % n == 0 and n * row_bytes <= cache_bytes]
-    if not fits or fits[-1] * inner_steps < MIN_CHUNK_STEPS:
-        return None
-    out_bytes = ast.src[0].src[0].dtype.base.itemsize * prod(shape) // iterations  # read and written again a chunk
-    if 2 * (size // fits[-1] - 1) * out_bytes >= _bytes_saved(loads, sizes, inner, reduce.dtype.itemsize, cache_bytes):
-        return None
-    return Opt("CHUNK", loops[outer], fits[-1])
+    inner_steps = prod(full[a] for a in summed) // size / prod(o.amount for o in opts if o.op == "UNROLL")
+    out_bytes = ast.src[0].src[0].dtype.base.itemsize * prod(shape) // iterations
+
+    out_spill = max(0.0, 1 - cache_bytes / out_bytes)  # the part of the output that chunks read again from memory
+
+    def moved(n: int) -> float:
+        return _bytes_moved(loads, {**sizes, outer: n}, outer, size // n, inner, reduce.dtype.itemsize, cache_bytes) + (
+            2 * (size // n - 1) * out_bytes * out_spill  # each chunk after the first reads and writes the output again
+        )
+
+    lengths = [n for n in range(unroll, size, unroll) if size % n == 0 and n * inner_steps >= MIN_CHUNK_STEPS]
+    best = min(reversed([*lengths, size]), key=moved)  # (of equal costs, the fewest chunks)
+    return Opt("CHUNK", loops[outer], best) if best < size else None
+
+
+def _bytes_moved(loads: list[Access], sizes: dict[int, int], outer: int, chunks: int, inner: list[tuple[int, int]],
+                 itemsize: int, cache_bytes: int) -> float:  # fmt: skip
+    """Bytes the loads move from memory, or the cost of their TLB misses in bytes, in one iteration of the loop threads
+    split, summing a chunk of `sizes[outer]` terms `chunks` times. A load that stays put along an `inner` loop reads
+    the same bytes again in each of its iterations: from memory for the part of what one iteration reads (every load)
+    that falls out of `cache_bytes`. A sweep of a chunk over more pages than the TLB holds misses it on the rest."""
+    moved, extent, outside = sum(_footprint(acc, sizes, itemsize) for acc in loads), dict(sizes), 1
+    for axis, trips in inner:
+        extent[axis] //= trips  # what one iteration of this loop reads
+        read = [_footprint(acc, extent, itemsize) for acc in loads]
+        miss = max(0.0, 1 - cache_bytes / max(sum(read), 1))
+        moved += miss * outside * (trips - 1) * sum(r for r, acc in zip(read, loads) if acc.steps.get(axis, 0) == 0)
+        outside *= trips
+    pages = sizes[outer] * _pages_a_term(loads, outer, itemsize)
+    misses = pages * max(0.0, 1 - TLB_PAGES / pages) if pages else 0.0  # the part of a sweep's pages the TLB misses
+    return chunks * (moved + MISS_BYTES * misses * outside)  # every inner iteration sweeps the chunk once
+
+
+def _pages_a_term(loads: list[Access], loop: int, itemsize: int) -> float:
+    """Pages the loads that move along `loop` step onto a term: one each where it steps a page or more, or is not
+    affine."""
+    steps = [acc.steps.get(loop) for acc in loads if acc.steps.get(loop, 0) != 0]
+    return sum(1.0 if step is None else min(1.0, abs(step) * itemsize / PAGE_BYTES) for step in steps)
 
 
 def _output_loops(shape: tuple[int, ...], opts: list[Opt]) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
@@ -79,29 +109,10 @@ def _output_loops(shape: tuple[int, ...], opts: list[Opt]) -> tuple[tuple[int, i
     return (nest[0], nest[1:]) if nest else None
 
 
-def _bytes_saved(loads: list[Access], sizes: dict[int, int], inner: list[tuple[int, int]], itemsize: int,
-                 cache_bytes: int) -> float:  # fmt: skip
-    """Bytes that chunks whose rows fit in the cache save the loads over loops of these `sizes` (one iteration of the
-    loop threads split): a load that stays put along an `inner` loop is read again in each of its iterations, and,
-    unchunked, the part of the operands (all that the loads read) that falls out of `cache_bytes` comes from memory
-    again each time, not from the cache."""
-    read = [_footprint(acc, sizes, itemsize) for acc in loads]
-    spill = max(0.0, 1 - cache_bytes / max(sum(read), 1))
-    again = [prod(n for axis, n in inner if acc.steps.get(axis, 0) == 0) - 1 for acc in loads]
-    return spill * sum(r * n for r, n in zip(read, again))
-
-
 def _far_apart(loads: list[Access], loop: int, itemsize: int) -> bool:
     """Whether some load steps STRIDED_BYTES or more per iteration of the loop (or moves along it otherwise)."""
     moving = [acc.steps.get(loop) for acc in loads if acc.steps.get(loop, 0) != 0]
     return any(step is None or abs(step) * itemsize >= STRIDED_BYTES for step in moving)
-
-
-def _bytes_a_term(loads: list[Access], sizes: dict[int, int], loop: int, itemsize: int) -> int:
-    """Bytes the loads that move along `loop` read over all the other loops for one iteration of it: a row of each
-    operand (a bias added to an operand stays put: no part of a chunk)."""
-    one = {**sizes, loop: 1}
-    return sum(_footprint(acc, one, itemsize) for acc in loads if acc.steps.get(loop, 0) != 0)
 
 
 def _footprint(acc: Access, sizes: dict[int, int], itemsize: int) -> int:
