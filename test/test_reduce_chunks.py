@@ -187,12 +187,12 @@ def weight_gradient(tokens, features, outputs):
 # (on one core, measured: the chunk chosen is the fastest of 64, 128 and 256 terms and none, or within 5% of it)
 WEIGHT_GRADIENTS = [
     (1024, 1536, 384, 1 << 20, 64),  # rows 6 KB apart: 18.2 ms whole, 11.4 in chunks of 64
-    (1024, 8192, 384, 1 << 20, 64),  # GPT-2's vocabulary gradient, rows 32 KB apart: 103 ms whole, 57 in chunks of 64
+    (1024, 8192, 384, 1 << 20, 128),  # GPT-2's vocabulary gradient, rows 32 KB apart: 103 ms whole, 62 in chunks
     (1024, 384, 8192, 1 << 20, 128),  # rows 1.5 KB apart, 128 terms' pages fit the TLB: 64 ms whole, 44 in chunks
     (128, 2048, 2048, 1 << 20, 64),  # a row block's output (64 KB) stays in cache: 17.0 ms whole, 13.3 in 2 chunks
     (128, 4096, 4096, 1 << 20, None),  # 32 MB of output a tile, read and written again from memory: 2 chunks 94 ms,
     # whole 82-87
-    (512, 320, 64, 96 << 10, 128),  # the TLB's 64 pages hold 128 rows 1280 bytes apart
+    (512, 320, 64, 96 << 10, 256),  # the TLB's pages hold 256 rows 1280 bytes apart
     (1024, 1536, 384, 64 << 20, 64),  # everything fits a 64 MB cache, but a sweep over 1024 rows misses the TLB
     (1024, 1536, 384, 0, None),  # a renderer with no cache to block for
 ]

@@ -25,10 +25,11 @@ STRIDED_BYTES = 1024  # a load that steps this far a term reads lines no prefetc
 # (a forward matmul steps 4 bytes along A's rows and 128 along B's packed panels: chunked, 6.9 -> 8.3 ms on one core;
 # dY.T @ X steps 1.5 KB: 8.2 -> 7.5 ms, X.T @ dY 6 KB: 14.4 -> 9.7 ms)
 PAGE_BYTES = 4096  # a load stepping this far a term reads a page a term...
-TLB_PAGES = 64  # ...and a sweep over more pages than the first-level TLB holds misses it on the rest (x86 cores: 64)
+TLB_PAGES = 96  # ...and a sweep over more pages than the first-level TLB holds misses it on the rest (Golden Cove: 96)
 MISS_BYTES = 24  # what a TLB miss costs, in bytes moved: the second-level TLB's 7 cycles or so, against memory's
 # 64-byte line in 20 (one core: X.T @ dY of 1024 tokens, X's rows 32 KB apart, a 2 MB output a tile: unchunked 103 ms,
-# chunks of 64 terms 57, of 128 62; 128 tokens, rows 16 KB apart, 32 MB of output a tile: 2 chunks 94 ms, one 82-87)
+# chunks of 64 terms 57, of 128 62; 128 tokens, rows 16 KB apart, 32 MB of output a tile: 2 chunks 94 ms, one 82-87;
+# a 3x3 convolution of 256 channels at 8x8, batch 32: whole 62.5 ms, chunks of 16 channels 39.7, 32 33.8, 64 45.2)
 
 
 def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], summed: list[int], cache_bytes: int) -> Opt | None:
@@ -56,25 +57,25 @@ def chunk_opt(ast: UOp, opts: list[Opt], accesses: list[Access], summed: list[in
     size, unroll = full[loops[outer]], next((o.amount for o in opts if o.op == "UNROLL" and o.axis == loops[outer]), 1)
     inner_steps = prod(full[a] for a in summed) // size / prod(o.amount for o in opts if o.op == "UNROLL")
     out_bytes = ast.src[0].src[0].dtype.base.itemsize * prod(shape) // iterations
-
     out_spill = max(0.0, 1 - cache_bytes / out_bytes)  # the part of the output that chunks read again from memory
 
     def moved(n: int) -> float:
-        return _bytes_moved(loads, {**sizes, outer: n}, outer, size // n, inner, reduce.dtype.itemsize, cache_bytes) + (
-            2 * (size // n - 1) * out_bytes * out_spill  # each chunk after the first reads and writes the output again
-        )
+        extra = 2 * (size // n - 1) * out_bytes * out_spill  # each chunk after the first reads and writes the output
+        chunk = {**sizes, outer: n}
+        return extra + _bytes_moved(loads, chunk, list(loops), size // n, inner, reduce.dtype.itemsize, cache_bytes)
 
     lengths = [n for n in range(unroll, size, unroll) if size % n == 0 and n * inner_steps >= MIN_CHUNK_STEPS]
     best = min(reversed([*lengths, size]), key=moved)  # (of equal costs, the fewest chunks)
     return Opt("CHUNK", loops[outer], best) if best < size else None
 
 
-def _bytes_moved(loads: list[Access], sizes: dict[int, int], outer: int, chunks: int, inner: list[tuple[int, int]],
-                 itemsize: int, cache_bytes: int) -> float:  # fmt: skip
+def _bytes_moved(loads: list[Access], sizes: dict[int, int], summed: list[int], chunks: int,
+                 inner: list[tuple[int, int]], itemsize: int, cache_bytes: int) -> float:  # fmt: skip
     """Bytes the loads move from memory, or the cost of their TLB misses in bytes, in one iteration of the loop threads
-    split, summing a chunk of `sizes[outer]` terms `chunks` times. A load that stays put along an `inner` loop reads
-    the same bytes again in each of its iterations: from memory for the part of what one iteration reads (every load)
-    that falls out of `cache_bytes`. A sweep of a chunk over more pages than the TLB holds misses it on the rest."""
+    split, summing a chunk (the `summed` loops of these `sizes`) `chunks` times. A load that stays put along an
+    `inner` loop reads the same bytes again in each of its iterations: from memory for the part of what one iteration
+    reads (every load) that falls out of `cache_bytes`. A sweep of a chunk over more pages than the TLB holds misses
+    it on the rest."""
     moved, extent, outside = sum(_footprint(acc, sizes, itemsize) for acc in loads), dict(sizes), 1
     for axis, trips in inner:
         extent[axis] //= trips  # what one iteration of this loop reads
@@ -82,16 +83,19 @@ def _bytes_moved(loads: list[Access], sizes: dict[int, int], outer: int, chunks:
         miss = max(0.0, 1 - cache_bytes / max(sum(read), 1))
         moved += miss * outside * (trips - 1) * sum(r for r, acc in zip(read, loads) if acc.steps.get(axis, 0) == 0)
         outside *= trips
-    pages = sizes[outer] * _pages_a_term(loads, outer, itemsize)
+    pages = sum(_pages(acc, sizes, summed, itemsize) for acc in loads)
     misses = pages * max(0.0, 1 - TLB_PAGES / pages) if pages else 0.0  # the part of a sweep's pages the TLB misses
     return chunks * (moved + MISS_BYTES * misses * outside)  # every inner iteration sweeps the chunk once
 
 
-def _pages_a_term(loads: list[Access], loop: int, itemsize: int) -> float:
-    """Pages the loads that move along `loop` step onto a term: one each where it steps a page or more, or is not
-    affine."""
-    steps = [acc.steps.get(loop) for acc in loads if acc.steps.get(loop, 0) != 0]
-    return sum(1.0 if step is None else min(1.0, abs(step) * itemsize / PAGE_BYTES) for step in steps)
+def _pages(acc: Access, sizes: dict[int, int], summed: list[int], itemsize: int) -> float:
+    """Pages a load steps onto in one sweep of the `summed` loops: along each, one an iteration where it steps a page
+    or more (or is not affine), else the part of a page it steps (X's rows of 32 KB over 8 images of 128 tokens:
+    1024; of 1.5 KB: 384)."""
+    steps = [(acc.steps.get(loop, 0), sizes[loop]) for loop in summed if acc.steps.get(loop, 0) != 0]
+    if not steps:
+        return 0.0
+    return prod(n if step is None else max(1.0, n * min(1.0, abs(step) * itemsize / PAGE_BYTES)) for step, n in steps)
 
 
 def _output_loops(shape: tuple[int, ...], opts: list[Opt]) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
