@@ -59,6 +59,11 @@ CONTRACTIONS = {
     ),  # fmt: skip
     "conv_weight_grad": ([(16, 3, 9, 9), (6, 3, 3, 3), (16, 6, 5, 5)], conv_weight_grad),
     "conv_input_grad": ([(2, 4, 6, 6), (16, 4, 3, 3), (2, 16, 6, 6)], conv_input_grad),
+    # a tied weight's gradient: a product summed over images and tokens, plus the other use's gradient, in one kernel
+    "sum_plus_a_term": (
+        [(3, 32, 24), (3, 32, 16), (24, 16)],
+        lambda x, dy, g: (x.unsqueeze(-1) * dy.unsqueeze(-2)).sum((0, 1)) + g,
+    ),
 }
 
 
@@ -264,3 +269,15 @@ def test_chunk_is_refused_where_the_kernel_reads_the_buffer_it_stores_into():
     assert not any(o.op == "CHUNK" for o in actions(in_place)) and not valid(in_place, (Opt("CHUNK", reduced, 9),))
     with pytest.raises(ValueError, match="stores a sum as it is"):
         get_program(in_place, Device["CPU"].renderer, (Opt("CHUNK", reduced, 9),))
+
+
+def test_a_term_that_holds_the_sum_is_not_added_once():
+    """sum + 2 * sum: the term added to the sum reads the sum itself; chunks cannot add it once: no CHUNK."""
+    x, dy = (
+        Tensor(rng.standard_normal((64, 24)).astype(np.float32)),
+        Tensor(rng.standard_normal((64, 16)).astype(np.float32)),
+    )
+    product = (x.unsqueeze(-1) * dy.unsqueeze(-2)).sum(0)
+    item = (product + product * 2).schedule()[-1]
+    assert main_reduce(item.ast) is not None and not chunkable(item.ast)
+    assert not any(o.op == "CHUNK" for o in actions(item.ast))
