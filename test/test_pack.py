@@ -193,3 +193,24 @@ def test_threads_get_an_even_number_of_panel_tiles(monkeypatch):
     opts = hand_coded_opts(c.schedule()[-1].ast, Device["CPU"].renderer.vector_lanes)
     assert opts[-1] == Opt("TILE", 1, 4)
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("columns", [256, 96, 32, 33])
+def test_the_real_thresholds_pack_a_small_b_read_across_its_rows(monkeypatch, columns):
+    """x @ W.T with W (columns, 256): 256 KiB at most, under the size threshold, but W's rows lie along the sum, so
+    its columns are a row apart: packed (where it makes two panels or more), and equal to NumPy's, with W as it lies
+    and forward and backward against PyTorch; the same B transposed (its columns side by side) stays as it lies."""
+    monkeypatch.undo()
+    monkeypatch.setattr(Device, "DEFAULT", "CPU")
+    schedule_cache._cache.clear()
+    x, w = rand(128, 256), rand(columns, 256)
+    out = Tensor(x).realize() @ Tensor(w).realize().T
+    assert len(packed_kernels(out)) == (columns % 32 == 0 and columns > 32)
+    np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=1e-3)
+    assert not packed_kernels(Tensor(x).realize() @ Tensor(np.ascontiguousarray(w.T)).realize())
+    tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    (tx @ tw.T).square().sum().backward()
+    px, pw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    (px @ pw.T).square().sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-2)

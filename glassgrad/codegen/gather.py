@@ -12,7 +12,7 @@ from glassgrad.codegen.linearize import range_deps
 from glassgrad.codegen.lowerer import guard_loads
 from glassgrad.dtype import dtypes
 from glassgrad.uop.ops import Ops, UOp
-from glassgrad.uop.rewrite import PatternMatcher, UPat
+from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 
 
 def _index_compared_with(cond: UOp, r: UOp) -> UOp | None:
@@ -86,3 +86,14 @@ def in_range(e: UOp, n: int) -> UOp:
 
 
 collapse_gathers = PatternMatcher([(UPat(Ops.REDUCE, name="red"), collapse_one_hot_sum)])
+
+
+def fold_gathers(sink: UOp) -> tuple[UOp, frozenset[int]]:
+    """A lowered kernel with this rule applied, and the loops (RANGE args) it folded into loads: no loop is left to
+    split, unroll or chunk there (the heuristics ask this, so that they treat a gather as the load it becomes)."""
+    folded = graph_rewrite(sink, collapse_gathers)
+    return folded, frozenset(_loops(sink) - _loops(folded))
+
+
+def _loops(sink: UOp) -> set[int]:
+    return {u.arg for u in sink.toposort() if u.op is Ops.RANGE}

@@ -6,14 +6,13 @@ import itertools
 from dataclasses import dataclass, field
 
 from glassgrad.codegen.cache_blocks import chunk_opt
-from glassgrad.codegen.gather import collapse_gathers
+from glassgrad.codegen.gather import fold_gathers
 from glassgrad.codegen.lowerer import lower_kernel, scatter_store
 from glassgrad.codegen.opt import MAX_BLOCK_THREADS, Opt, block_threads, main_reduce
 from glassgrad.helpers import L2_BUDGET, prod
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp
-from glassgrad.uop.rewrite import graph_rewrite
-from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify, symbolic
+from glassgrad.uop.symbolic import _as_term, _sum_terms, simplify
 
 MAX_LANES = 32  # scalar outputs computed per iteration: enough registers to hide latency, few enough not to spill
 MAX_ACCUMULATORS = 16  # vector accumulators of a register-blocked kernel: half the 32 AVX-512 registers
@@ -74,11 +73,12 @@ def _mean_step(index: UOp, r: UOp) -> float:
     return float(FAR)
 
 
-def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
-    """Every load and store of the kernel lowered without opts, with its step along each loop; and that lowered
-    kernel (for `_live_loops`)."""
+def _accesses(ast: UOp) -> tuple[list[Access], frozenset[int]]:
+    """Every load and store of the kernel lowered without opts, its one-hot sums folded into loads (codegen/gather.py),
+    with its step along each loop; and the loops that fold (no loop is left there to unroll, chunk or share)."""
     found = []
-    sink = simplify(lower_kernel(ast, atomics=True))  # (a scatter's loops in order too: loop i is axis i)
+    # (a scatter's loops in order too: loop i is axis i)
+    sink, folded = fold_gathers(simplify(lower_kernel(ast, atomics=True)))
     for node in sink.toposort():
         if node.op not in (Ops.LOAD, Ops.STORE):
             continue
@@ -94,12 +94,14 @@ def _accesses(ast: UOp) -> tuple[list[Access], UOp]:
         spread = {u.arg: float(abs(steps[u.arg])) if steps[u.arg] is not None else _mean_step(index.src[1], u)
                   for u in ranges}  # fmt: skip
         found.append(Access(steps, node.op is Ops.STORE, frozenset(r.arg for r in guarded), spread))
-    return found, sink
+    return found, folded
 
 
-def _live_loops(sink: UOp) -> set[int]:
-    """The loops of a lowered kernel left once it is simplified (a one-hot sum's loop collapses into one load)."""
-    return {u.arg for u in graph_rewrite(sink, symbolic + collapse_gathers).toposort() if u.op is Ops.RANGE}
+def _summed(ast: UOp, folded: frozenset[int]) -> list[int]:
+    """The main reduce's axes whose loops the kernel runs: all but those the gather rule folds into a load (a gather
+    written as a one-hot sum is a load: its table's axis is no reduction to unroll, chunk or share)."""
+    reduce, n_out = main_reduce(ast), len(ast.src[0].src[1].arg.shape)
+    return [] if reduce is None else [a for i, a in enumerate(reduce.arg[1]) if n_out + i not in folded]
 
 
 def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> int:
@@ -107,7 +109,7 @@ def _vector_width(size: int, itemsize: int, vector_lanes: tuple[int, ...]) -> in
     return max((n for n in vector_lanes if size % n == 0 and n * itemsize <= VECTOR_BYTES), default=1)
 
 
-def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
+def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...], summed: list[int]) -> Opt | None:
     """A vector UPCAST of the innermost output axis, when the output and every input that moves along it step by one
     element: each lane's loads and stores then become one vector load or store. In a long reduction another output
     axis may take the lanes instead, where every input steps by one element or stays along it and its vectors are
@@ -128,14 +130,13 @@ def _vector_axis(ast: UOp, accesses: list[Access], vector_lanes: tuple[int, ...]
 
     inner = axes[-1]
     best = (width(inner, accesses) if any(acc.is_store and acc.steps.get(inner) == 1 for acc in accesses) else 1, inner)
-    reduce = main_reduce(ast)
-    if reduce is not None and prod(reduce.src[0].shape[a] for a in reduce.arg[1]) >= LONG_REDUCE:
+    if summed and prod(main_reduce(ast).src[0].shape[a] for a in summed) >= LONG_REDUCE:
         loads = [acc for acc in accesses if not acc.is_store]
         best = max([best] + [(width(a, loads), a) for a in axes[:-1]], key=lambda wa: (wa[0], wa[1] == inner, wa[1]))
     return Opt("UPCAST", best[1], best[0]) if best[0] > 1 else None
 
 
-def _guarded_lanes(ast: UOp, accesses: list[Access]) -> Opt | None:
+def _guarded_lanes(ast: UOp, accesses: list[Access], summed: list[int]) -> Opt | None:
     """An elementwise kernel that reads through a padding guard changing along its innermost axis (a padded copy):
     that axis UPCAST into scalar lanes, as many as divide it up to MAX_LANES. Each lane's guard then tests the loop
     against its own constants, true outright for the lanes inside the padding, so the test that stays (the other
@@ -144,7 +145,7 @@ def _guarded_lanes(ast: UOp, accesses: list[Access]) -> Opt | None:
     than scalar lanes (rows of 56: 8.4 ms with 28 lanes, 6.7 ms as GCC's vectors)."""
     shape = ast.src[0].src[1].arg.shape
     inner = max((a for a in range(len(shape)) if shape[a] > 1), default=None)
-    if inner is None or main_reduce(ast) is not None:
+    if inner is None or summed:
         return None
     if shape[inner] * ast.src[0].src[0].dtype.base.itemsize % CC_VECTOR_BYTES == 0:
         return None
@@ -171,23 +172,24 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE:
         return []
     if scatter_store(ast.src[0]):  # vector lanes where its rows are contiguous; a GPU's threads take an element each
-        vector = None if has_local else _vector_axis(ast, _accesses(ast)[0], vector_lanes)
+        vector = None if has_local else _vector_axis(ast, _accesses(ast)[0], vector_lanes, [])
         return [vector] if vector is not None else []
-    accesses, sink = _accesses(ast)
-    opts = _register_opts(ast, vector_lanes, accesses)
+    accesses, folded = _accesses(ast)
+    summed = _summed(ast, folded)
+    opts = _register_opts(ast, vector_lanes, accesses, summed)
     if has_local and (window := _window_opts(ast, accesses)) is not None:
         opts = window
     elif has_local:
         opts = _threads_keep_their_row(ast, opts, accesses)
-    if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses)) is not None:
+    if not has_local and not opts and (lanes := _guarded_lanes(ast, accesses, summed)) is not None:
         return [lanes]
     if not has_local:
-        chunk = chunk_opt(ast, opts, accesses, cache_bytes)
+        chunk = chunk_opt(ast, opts, accesses, summed, cache_bytes)
         return opts if chunk is None else [*opts, chunk]
-    if (reduce := main_reduce(ast)) is None:
+    if not summed:
         return opts
-    live = _live_loops(sink)  # only a GPU's blocks ask which loops survive simplification
-    if not any(_block(ast, reduce, opts, accesses, live)):
+    reduce = main_reduce(ast)
+    if not any(_block(ast, reduce, opts, accesses, summed)):
         return opts
     # threads sharing the loop shorten each one's chain of adds already; unrolled, neighbours would read apart
     # a convolution's grouped kernel (a weight gradient) takes a larger block: GROUPED_LANES, down to MIN_GROUPED_BLOCKS
@@ -196,12 +198,12 @@ def hand_coded_opts(ast: UOp, vector_lanes: tuple[int, ...] = (), has_local: boo
     conv = bool(_window_pairs(ast, accesses))
     budget = GROUPED_LANES if conv else MAX_LANES
     opts = _grouped_window_opts(ast, accesses) or _register_opts(
-        ast, vector_lanes, accesses, plain_unroll=False, lanes_budget=budget, widest=16 if conv else 8
+        ast, vector_lanes, accesses, summed, plain_unroll=False, lanes_budget=budget, widest=16 if conv else 8
     )
     least = MIN_GROUPED_BLOCKS if conv else MIN_BLOCKS
     shape = ast.src[0].src[1].arg.shape
     while True:
-        local, groups = _block(ast, reduce, opts, accesses, live)
+        local, groups = _block(ast, reduce, opts, accesses, summed)
         blocks = prod(shape) // prod(o.amount for o in opts + local if o.op in ("UPCAST", "LOCAL"))
         if blocks >= least or not (upcasts := [o for o in opts if o.op == "UPCAST"]):
             return local + opts + groups  # a LOCAL first: it takes its axis's neighbouring outputs, before an UPCAST
@@ -315,20 +317,21 @@ def _grouped_window_opts(ast: UOp, accesses: list[Access]) -> list[Opt] | None:
     return opts
 
 
-def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], plain_unroll: bool = True,
-                   lanes_budget: int = MAX_LANES, widest: int = 8) -> list[Opt]:  # fmt: skip
+def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Access], summed: list[int],
+                   plain_unroll: bool = True, lanes_budget: int = MAX_LANES, widest: int = 8) -> list[Opt]:  # fmt: skip
     """hand_coded_opts' choice within one thread: vector lanes, register blocks (up to `lanes_budget` scalar outputs,
-    `widest` along one axis), unrolls (with `plain_unroll`, of a plain reduction's innermost axis too)."""
+    `widest` along one axis), unrolls (with `plain_unroll`, of a plain reduction's innermost axis too), of the
+    `summed` axes only (a kernel with none is elementwise)."""
     opts: list[Opt] = []
-    if (vector := _vector_axis(ast, accesses, vector_lanes)) is not None:
+    if (vector := _vector_axis(ast, accesses, vector_lanes, summed)) is not None:
         opts.append(vector)
     reduce = main_reduce(ast)
-    if reduce is None:
+    if not summed:
         return opts
     shape = list(ast.src[0].src[1].arg.shape)
     loads = [acc for acc in accesses if not acc.is_store]
-    full, reduced = reduce.src[0].shape, sorted(reduce.arg[1])
-    if vector is None and (vector := _vector_unroll(reduce, len(shape), loads, vector_lanes)) is not None:
+    full, reduced = reduce.src[0].shape, sorted(summed)
+    if vector is None and (vector := _vector_unroll(reduce, reduced, len(shape), loads, vector_lanes)) is not None:
         opts.insert(0, vector)  # first, so that it is the one rendered as vector lanes
     if vector is not None and vector.op == "UPCAST":
         shape[vector.axis] //= vector.amount
@@ -366,7 +369,7 @@ def _register_opts(ast: UOp, vector_lanes: tuple[int, ...], accesses: list[Acces
     if vector is not None and vector.op == "UNROLL" and lanes == 1 and (rows := _interleaved_rows(shape)) is not None:
         opts.append(rows)
         lanes *= rows.amount
-    if vector is not None and vector.op == "UPCAST" and (tile := _panel_tile(ast, reduce, opts, vector)) is not None:
+    if vector is not None and vector.op == "UPCAST" and (tile := _panel_tile(ast, reduce, summed, opts, vector)):
         opts.append(tile)
     for axis in reduced:
         if across:  # unrolled, its terms would be summed as a tree before the accumulator: adds, not multiply-adds
@@ -436,7 +439,7 @@ def _interleaved_rows(shape: list[int]) -> Opt | None:
     return Opt("UPCAST", axis, INTERLEAVED_ROWS)
 
 
-def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | None:
+def _panel_tile(ast: UOp, reduce: UOp, summed: list[int], opts: list[Opt], vector: Opt) -> Opt | None:
     """TILE an output axis along which the register block moves so that the part of an input one tile reads along the
     whole reduction (a matmul's panel of B: K rows by the tile's columns) fits in half of L2: every row block then
     reads it from cache, and each thread takes whole tiles. That axis is the vector axis, or, where lanes take all of
@@ -452,7 +455,7 @@ def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | No
         if axis is None or lanes[axis] > 1:
             return None
     width = lanes[axis] * prod(s * n for s, n in zip(shape[axis + 1 :], lanes[axis + 1 :]))
-    panel_bytes = prod(reduce.src[0].shape[a] for a in reduce.arg[1]) * width * reduce.dtype.itemsize
+    panel_bytes = prod(reduce.src[0].shape[a] for a in summed) * width * reduce.dtype.itemsize
     fits = L2_BUDGET // max(panel_bytes, 1)
     keeps = [n for n in (64, 32, 16, 8, 4, 2) if n <= fits and shape[axis] % n == 0]
     if not keeps or keeps[0] == shape[axis]:  # the whole axis's panel fits: nothing to tile
@@ -462,10 +465,11 @@ def _panel_tile(ast: UOp, reduce: UOp, opts: list[Opt], vector: Opt) -> Opt | No
     return Opt("TILE", axis, keep)
 
 
-def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]) -> Opt | None:
+def _vector_unroll(reduce: UOp, summed: list[int], n_out: int, loads: list[Access], vector_lanes: tuple[int, ...]
+                   ) -> Opt | None:  # fmt: skip
     """A vector UNROLL of the innermost reduced axis when every load steps by one element (or stays) along it: each
     lane accumulates its own partial sum, combined after the loop (a row sum, a convolution's weight gradient)."""
-    inner = max(reduce.arg[1])
+    inner = max(summed)
     loop = n_out + list(reduce.arg[1]).index(inner)  # the main reduce's loops follow the output's
     if not all(acc.steps.get(loop, 0) in (0, 1) for acc in loads):
         return None
@@ -473,7 +477,8 @@ def _vector_unroll(reduce: UOp, n_out: int, loads: list[Access], vector_lanes: t
     return Opt("UNROLL", inner, width) if width > 1 else None
 
 
-def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live: set[int]) -> tuple[list[Opt], ...]:
+def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], summed: list[int]
+           ) -> tuple[list[Opt], ...]:  # fmt: skip
     """(LOCALs, GROUPs) for a reduction on a GPU, so that each warp's loads are coalesced and the GPU has work.
 
     With fewer than GROUP_BELOW outputs (after the upcasts) and a reduction of GROUP_FROM terms or more, up to
@@ -487,7 +492,7 @@ def _block(ast: UOp, reduce: UOp, opts: list[Opt], accesses: list[Access], live:
     unroll = {o.axis: o.amount for o in opts if o.op == "UNROLL"}
     sizes = {a: reduce.src[0].shape[a] // unroll.get(a, 1) for a in reduce.arg[1]}
     loop = {a: len(shape) + i for i, a in enumerate(reduce.arg[1])}  # the main reduce's loops follow the output's
-    axes = [a for a in reduce.arg[1] if sizes[a] >= 2 and loop[a] in live]  # a one-hot sum's loop is gone: no GROUP
+    axes = [a for a in summed if sizes[a] >= 2]  # a one-hot sum's loop is gone: no GROUP
     if not axes or prod(reduce.src[0].shape[a] for a in axes) < GROUP_FROM:  # the terms, before the unroll: a
         return [], []  # LayerNorm's 768 unrolled by 8 is still a long row (96 steps a thread left 4096 rows at 57 GB/s)
     loads = [acc for acc in accesses if not acc.is_store]

@@ -7,7 +7,7 @@ import itertools
 import operator
 from collections.abc import Callable
 
-from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, chunkable, main_reduce
+from glassgrad.codegen.opt import MAX_BLOCK_THREADS, THREAD_OPS, Opt, block_threads, chunkable, chunked_sum, main_reduce
 from glassgrad.dtype import DType, PtrDType, dtypes
 from glassgrad.helpers import prod
 from glassgrad.uop.ops import GroupOp, Ops, UOp
@@ -445,10 +445,14 @@ def lower_kernel(ast: UOp, opts: tuple[Opt, ...] = (), vector_lanes: tuple[int, 
                 valid = thread < 1 if _is_true(valid) else valid & (thread < 1)
             index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if _is_true(valid) else (buf, idx, valid))
             added = Ops.ADD if scatter_store(store) else None  # a STORE whose arg is ADD adds into the buffer
-            result = lowerer.value(value, idxs)
-            if chunks:  # every chunk but the first adds to what the chunks before it stored
+            if chunks:  # every chunk but the first adds to what the chunks before it stored; the first, the term
+                summed, once = chunked_sum(ast)  # added once, if any
                 later = functools.reduce(operator.or_, [r > 0 for r, _ in chunks.values()])
-                result = load(buf, idx, later if _is_true(valid) else valid & later) + result
+                before = load(buf, idx, later if _is_true(valid) else valid & later)
+                before = before if once is None else later.where(before, lowerer.value(once, idxs))
+                result = before + lowerer.value(summed, idxs)
+            else:
+                result = lowerer.value(value, idxs)
             stores.append(UOp(Ops.STORE, dtypes.void, (index, result), added))
     return UOp(Ops.SINK, dtypes.void, tuple(stores), arg=loops.n_loops)
 

@@ -47,14 +47,29 @@ def main_reduce(ast: UOp) -> UOp | None:
 
 
 def chunkable(ast: UOp) -> bool:
-    """Whether a kernel may take CHUNK: it stores its main reduction, a sum, as it is (chunks add into the output),
-    or through a view (a view is linear: each chunk's part of it adds up to the whole), and reads nothing of the
-    buffer it stores into (an assign in place: later chunks would read what earlier ones stored)."""
+    """Whether a kernel may take CHUNK: `chunked_sum` finds the sum its chunks add into the output."""
+    return chunked_sum(ast) is not None
+
+
+def chunked_sum(ast: UOp) -> tuple[UOp, UOp | None] | None:
+    """The stored value's part that a CHUNK splits, and the term added to it once (None: none), for a kernel that
+    stores its main reduction, a sum, as it is or through a view (a view is linear: each chunk's part of it adds up
+    to the whole), maybe plus a term the sum does not reach (a tied weight's two gradients, one a product summed
+    over the tokens, added in the one kernel: the first chunk adds the term), and reads nothing of the buffer it
+    stores into (an assign in place: later chunks would read what earlier ones stored). None where it may not."""
     if len(ast.src) != 1 or ast.src[0].op is not Ops.STORE or len(ast.src[0].src) != 3:  # (4 sources: a scatter)
-        return False
+        return None
     if any(n.op is Ops.LOAD and n.src[0] is ast.src[0].src[0] for n in ast.toposort()):
-        return False
-    reduce = ast.src[0].src[2]
-    while reduce.op is Ops.VIEW:
-        reduce = reduce.src[0]
-    return reduce.op is Ops.REDUCE_AXIS and reduce.arg[0] is Ops.ADD and reduce is main_reduce(ast)
+        return None
+    value, once, main = ast.src[0].src[2], None, main_reduce(ast)
+    if value.op is Ops.ADD:
+        value, once = next(((a, b) for a, b in (value.src, value.src[::-1]) if _under_views(a) is main
+                            and main not in b.toposort()), (value, None))  # fmt: skip
+    reduce = _under_views(value)
+    return (value, once) if reduce.op is Ops.REDUCE_AXIS and reduce.arg[0] is Ops.ADD and reduce is main else None
+
+
+def _under_views(x: UOp) -> UOp:
+    while x.op is Ops.VIEW:
+        x = x.src[0]
+    return x

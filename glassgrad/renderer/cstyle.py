@@ -545,18 +545,34 @@ class CRenderer(CStyleRenderer):
                           scalars: list[str | None]) -> str:  # fmt: skip
         """Comparisons, bool logic and selects as whole-vector ops. A C vector comparison gives a mask (-1 or 0 in
         each lane, integers of the operands' size), negated to the 0 or 1 of a bool vector; a select blends the bits
-        of its two values through the mask widened to their size. Lane by lane, a ReLU was 5 scalar ops a lane."""
+        of its two values through the mask widened to their size, and a max through its own comparison's mask; a
+        reciprocal is one vector division. Lane by lane, a ReLU was 5 scalar ops a lane."""
         if op in (Ops.CMPLT, Ops.CMPNE) and _maskable(src[0].dtype.scalar):
             return f"__builtin_convertvector(-({args[0]}{self.infix[op]}{args[1]}), {self.type_name(dtype)})"
         if op in (Ops.AND, Ops.OR, Ops.XOR) and dtype.scalar == dtypes.bool:
             return f"({args[0]}{self.infix[op]}{args[1]})"  # 0 or 1 in, 0 or 1 out
         if op is Ops.WHERE and _maskable(dtype.scalar):
-            t, mask = self.type_name(dtype), self.type_name(self._mask(dtype))
             # negated as signed bytes (0 or -1), then sign-extended: GCC 12 scalarizes the zero-extension of a bool
             # vector that a comparison just narrowed, lane by lane (exact GELU's selects: 5.5 -> 0.8 ms)
+            mask = self.type_name(self._mask(dtype))
             widened = f"__builtin_convertvector(-({self.type_name(SIGNED_BOOLS.vec(dtype.count))}){args[0]}, {mask})"
-            return f"(({t})((({mask}){args[1]} & {widened}) | (({mask}){args[2]} & ~{widened})))"
+            return self._blend(dtype, widened, args[1], args[2])
+        if op is Ops.MAX and _maskable(dtype.scalar) and dtype.scalar != dtypes.bool:
+            # a > b, or a NaN (the scalar gg_max's choice), as a mask of the operands' size: the row max of a
+            # softmax over 8192 logits was 16 scalar maxes a vector
+            nan = f"({args[0]}!={args[0]})|" if dtypes.is_float(dtype.scalar) else ""
+            return self._blend(dtype, f"({nan}({args[0]}>{args[1]}))", args[0], args[1])
+        if op is Ops.RECIP and dtype.scalar in (
+            dtypes.float32,
+            dtypes.float64,
+        ):  # a vector division, exact in each lane
+            return f"({self.render_const(1.0, dtype.scalar)}/{args[0]})"
         return super().render_vector_alu(op, dtype, args, src, scalars)
+
+    def _blend(self, dtype: DType, mask: str, a: str, b: str) -> str:
+        """The lanes of a where the mask (-1 or 0 in each lane, integers of the values' size) is set, else b's."""
+        t, m = self.type_name(dtype), self.type_name(self._mask(dtype))
+        return f"(({t})((({m}){a} & ({m})({mask})) | (({m}){b} & ~({m})({mask}))))"
 
     @staticmethod
     def _mask(dtype: DType) -> DType:
@@ -565,4 +581,5 @@ class CRenderer(CStyleRenderer):
     def helper_vectors(self, program: list[UOp]) -> set[DType]:
         """The integer vectors a select's mask is widened to, and the signed bytes it is widened from."""
         selects = [u.dtype for u in program if u.op is Ops.WHERE and u.dtype.count > 1 and _maskable(u.dtype.scalar)]
-        return {self._mask(d) for d in selects} | {SIGNED_BOOLS.vec(d.count) for d in selects}
+        maxes = [u.dtype for u in program if u.op is Ops.MAX and u.dtype.count > 1 and _maskable(u.dtype.scalar)]
+        return {self._mask(d) for d in selects + maxes} | {SIGNED_BOOLS.vec(d.count) for d in selects}

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import NOOPT, prod
-from glassgrad.schedule.pack import movement, renderer_of
+from glassgrad.schedule.pack import movement, renderer_of, view_strides
 from glassgrad.uop.ops import GroupOp, Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
-from glassgrad.uop.view import chain_view
 
 WINDOW_DTYPES = (dtypes.float32, dtypes.float64)
 MIN_REDUCED_AXES = 2  # a weight that varies along this many reduced axes (C_in and the kernel) is a convolution's:
@@ -89,12 +88,6 @@ def _in_chain(x: UOp, old: UOp, new: UOp) -> UOp:
     return x.replace(src=(_in_chain(x.src[0], old, new), *x.src[1:]))
 
 
-def _strides(x: UOp) -> tuple[int, ...] | None:
-    """The strides of a movement chain over its base when one view holds it, else None."""
-    views = chain_view(x).views
-    return views[0].strides if len(views) == 1 and views[0].mask is None else None
-
-
 def pack_broadcast_weight(reduce: UOp) -> UOp | None:
     """A broadcast operand read from a copy laid out (reduced axes, output axes), so that along the output axes it
     varies along (the output channels) it steps by one element: a convolution's weight, broadcast over the batch and
@@ -109,7 +102,7 @@ def pack_broadcast_weight(reduce: UOp) -> UOp | None:
     if len(sized := [a for a in outputs if shape[a] > 1]) < 2:
         return None
     for i, w in enumerate(mul.src):
-        if w.op is not Ops.EXPAND or (strides := _strides(w)) is None:
+        if w.op is not Ops.EXPAND or (strides := view_strides(w)) is None:
             continue
         strides = tuple(strides[a] for a in order)  # along the sum's axes
         varying = [a for a in outputs if strides[a] != 0 and shape[a] > 1]

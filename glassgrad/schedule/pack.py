@@ -1,5 +1,6 @@
-"""Packing: a large matmul on the CPU reads its reused operand from panels that a kernel of their own lays out (on a
-renderer with `packs_panels`: the scheduler asks, naming no device).
+"""Packing: a large matmul on the CPU, or one whose B is read across its rows (x @ W.T), reads its reused operand
+from panels that a kernel of their own lays out (on a renderer with `packs_panels`: the scheduler asks, naming no
+device).
 
 A matmul's kernel keeps a block of outputs in registers and, for each term of the sum, loads a row of B's columns
 that the block covers. B's rows lie a whole row of B apart, usually a power of two of bytes, so the rows of one
@@ -22,9 +23,10 @@ from glassgrad.helpers import L2_BUDGET, NOOPT
 from glassgrad.renderer import Renderer
 from glassgrad.uop.ops import Ops, UOp, fresh_unique
 from glassgrad.uop.rewrite import PatternMatcher, UPat
+from glassgrad.uop.view import chain_view
 
 PANEL_BYTES = 128  # a panel row: the two 64-byte vectors of the CPU's register block (codegen/heuristics.py)
-MIN_PACKED_BYTES = L2_BUDGET  # a B up to this fits in L2 as it lies: packing would not pay
+MIN_PACKED_BYTES = L2_BUDGET  # a B up to this whose columns are contiguous fits in L2 as it lies: packing would not pay
 MIN_ROWS = 64  # the rows of A that reuse each panel: fewer do not repay copying B
 PACKED_DTYPES = (dtypes.float32, dtypes.float64)
 
@@ -44,6 +46,12 @@ def renderer_of_device(device: str | tuple | None) -> Renderer | None:
 def renderer_of(node: UOp) -> Renderer | None:
     """The renderer of the one device `node` lives on."""
     return renderer_of_device(node.device)
+
+
+def view_strides(x: UOp) -> tuple[int, ...] | None:
+    """The strides of a movement chain over its base when one view holds it, else None."""
+    views = chain_view(x).views
+    return views[0].strides if len(views) == 1 and views[0].mask is None else None
 
 
 def _contiguous(x: UOp) -> UOp:
@@ -70,9 +78,13 @@ def pack_operand(reduce: UOp, mul: UOp) -> UOp | None:
     x, y = operands
     *batch, m, n, k = shape
     width = PANEL_BYTES // reduce.dtype.itemsize
-    if m < MIN_ROWS or n % width or n == width or n * k * reduce.dtype.itemsize <= MIN_PACKED_BYTES:
-        return None
     b = y.src[0]  # (..., 1, n, k)
+    if m < MIN_ROWS or n % width or n == width:
+        return None
+    # a small B stays as it lies where its columns lie side by side (the register block's vectors load them); a B read
+    # across its rows (x @ W.T, W's rows k-contiguous) would be gathered a lane at a time: packed whatever its size
+    if n * k * reduce.dtype.itemsize <= MIN_PACKED_BYTES and ((strides := view_strides(b)) is None or strides[-2] == 1):
+        return None
     split = (*b.shape[:-2], n // width, width, k)
     d = len(split)
     swap = (*range(d - 3), d - 3, d - 1, d - 2)  # the panel's rows and columns trade places (and back)
