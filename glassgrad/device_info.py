@@ -67,10 +67,10 @@ def runs_blocks(device: str) -> bool:
     return _devices()[device].renderer.has_local
 
 
-def fuses_attention(device: str) -> bool:
-    """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node): its
-    `fused_attention`."""
-    return _devices()[device].renderer.fused_attention
+def fuses_attention(device: str, dtype: DType, head_size: int, value_size: int) -> bool:
+    """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node) for q, k, v of `dtype`
+    and these head sizes: its `fuses_attention`."""
+    return _devices()[device].renderer.fuses_attention(dtype, head_size, value_size)
 
 
 def holds(device: str, dtype: DType) -> bool:
