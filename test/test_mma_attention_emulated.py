@@ -18,6 +18,7 @@ from glassgrad.codegen import get_program
 from glassgrad.codegen.attention import attention_spec, is_attention
 from glassgrad.renderer.attention import Operand
 from glassgrad.renderer.cuda import CUDARenderer
+from helpers import attention_reference
 
 pytestmark = [pytest.mark.skipif(compiler_missing() is not None, reason=str(compiler_missing())),
               pytest.mark.usefixtures("on_the_cpu")]  # fmt: skip
@@ -53,22 +54,6 @@ def _place(buffers: dict[int, np.ndarray], x: Operand, batch, values: np.ndarray
         base = x.offset + sum(i * s for i, s in zip(entry, x.batch_strides))
         at = base + np.arange(rows)[:, None] * x.row_stride + np.arange(cols)[None, :] * x.col_stride
         buffers[x.buffer][at] = values[entry]
-
-
-def _reference(q, k, v, mask, causal, scale) -> tuple[np.ndarray, np.ndarray]:
-    """Outputs and logsumexps in float64; a row whose keys are all masked: 0 and -inf."""
-    scores = q @ k.swapaxes(-1, -2) * scale
-    length, source = scores.shape[-2:]
-    if causal:
-        scores = np.where(np.arange(source)[None, :] <= np.arange(length)[:, None], scores, -np.inf)
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-    top = scores.max(-1, keepdims=True)
-    weights = np.exp(scores - np.where(np.isinf(top), 0, top))
-    total = weights.sum(-1, keepdims=True)
-    out = np.divide(weights @ v, total, out=np.zeros(q.shape[:-1] + v.shape[-1:]), where=total > 0)
-    with np.errstate(divide="ignore"):
-        return out, np.log(total[..., 0]) + top[..., 0]
 
 
 def _run(shape, dtype, kind: str, layout: str = "plain", reverse: bool = False, seed: int = 0) -> None:
@@ -107,7 +92,7 @@ def _run(shape, dtype, kind: str, layout: str = "plain", reverse: bool = False, 
     emulate(program.src, program.name, program.global_size[0], program.local_size[0],
             [packed, *(buffers[n] for n in sorted(buffers))], reverse)  # fmt: skip
 
-    want_out, want_lse = _reference(*rounded, mask, causal, 1 / math.sqrt(head))
+    want_out, want_lse = attention_reference(*rounded, mask, causal, 1 / math.sqrt(head))
     tolerance = 2e-3 if dtype == F16 else 1.6e-2  # the weights are rounded to 16 bits for the second product
     got_out, got_lse = packed[: spec.rows * value].reshape(want_out.shape), packed[spec.rows * value :]
     np.testing.assert_allclose(got_out, want_out, rtol=tolerance, atol=tolerance)

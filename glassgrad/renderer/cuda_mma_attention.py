@@ -309,7 +309,9 @@ def render_mma_attention(renderer, name: str, spec: AttentionSpec, c: MmaAttenti
     shared_bytes = q_bytes + 2 * (k_bytes + v_bytes)
     kernel = [
         f'extern "C" __device__ unsigned int gg_dynamic_shared_bytes = {shared_bytes};  // read by the runtime',
-        f'extern "C" __global__ void __launch_bounds__({c.threads}) {name}({parameters(renderer, spec)}) {{',
+        # (a minimum of 2 blocks a multiprocessor still lets a thread have 255 registers; without one, ptxas held a
+        # case (head sizes 80 and 48, causal) to 128 and spilled)
+        f'extern "C" __global__ void __launch_bounds__({c.threads}, 2) {name}({parameters(renderer, spec)}) {{',
         *("  " + line for line in body),
         "}",
     ]
