@@ -8,17 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
+from glassgrad.renderer import mma_fragments as fragments
 from glassgrad.renderer.cuda_mma_attention import PACK
-from glassgrad.renderer.mma_fragments import (
-    CHUNK,
-    CExpr,
-    a_rows,
-    accumulator_at,
-    accumulators_as_a,
-    b_rows,
-    b_rows_transposed,
-    padded_offset,
-)
+from glassgrad.renderer.mma_fragments import CHUNK, CExpr, padded_offset
 
 LANES = range(32)
 
@@ -88,14 +80,19 @@ def _shared_tile(matrix: np.ndarray) -> np.ndarray:
     return tile
 
 
+def _addresses(rows_of, first: int, second: int, chunks: int) -> list[int]:
+    """The byte address each lane gives ldmatrix, by the kernel's index function `rows_of` (row, chunk)."""
+    return [padded_offset(*rows_of(lane, first, second), chunks) for lane in LANES]
+
+
 def _scores(q_tile, k_tile, warp: int, head: int, keys: int) -> list[np.ndarray]:
     """The warp's accumulators of S = Q K^T, as the kernel's score_lines compute them (keys / 8 tiles of (32, 4))."""
     chunks = head // CHUNK
-    qf = [ldmatrix_x4(q_tile, [padded_offset(*a_rows(lane, warp * 16, 16 * kk), chunks) for lane in LANES], False)
+    qf = [ldmatrix_x4(q_tile, _addresses(fragments.a_rows, warp * 16, 16 * kk, chunks), False)
           for kk in range(head // 16)]  # fmt: skip
     s = [np.zeros((32, 4)) for _ in range(keys // 8)]
     for kk, p in itertools.product(range(head // 16), range(keys // 16)):
-        b = ldmatrix_x4(k_tile, [padded_offset(*b_rows(lane, 16 * p, 16 * kk), chunks) for lane in LANES], False)
+        b = ldmatrix_x4(k_tile, _addresses(fragments.b_rows, 16 * p, 16 * kk, chunks), False)
         s[2 * p] = mma(qf[kk], b[:, 0:2], s[2 * p])
         s[2 * p + 1] = mma(qf[kk], b[:, 2:4], s[2 * p + 1])
     return s
@@ -106,11 +103,10 @@ def _weighted(p_tiles, v_tile, value: int, keys: int) -> list[np.ndarray]:
     o = [np.zeros((32, 4)) for _ in range(value // 8)]
     for kk in range(keys // 16):
         a = np.zeros((32, 4, 2), np.float16)
-        for r, (tile, e) in enumerate(accumulators_as_a(kk)):
+        for r, (tile, e) in enumerate(fragments.accumulators_as_a(kk)):
             a[:, r, 0], a[:, r, 1] = p_tiles[tile][:, e], p_tiles[tile][:, e + 1]  # the low half: element e
         for p in range(value // 16):
-            at = [padded_offset(*b_rows_transposed(lane, 16 * kk, 16 * p), value // CHUNK) for lane in LANES]
-            b = ldmatrix_x4(v_tile, at, True)
+            b = ldmatrix_x4(v_tile, _addresses(fragments.b_rows_transposed, 16 * kk, 16 * p, value // CHUNK), True)
             o[2 * p] = mma(a, b[:, 0:2], o[2 * p])
             o[2 * p + 1] = mma(a, b[:, 2:4], o[2 * p + 1])
     return o
@@ -121,7 +117,7 @@ def _gathered(tiles: list[np.ndarray]) -> np.ndarray:
     out = np.full((16, 8 * len(tiles)), np.nan)
     for n, tile in enumerate(tiles):
         for lane, i in itertools.product(LANES, range(4)):
-            row, col = accumulator_at(lane, i)
+            row, col = fragments.accumulator_at(lane, i)
             out[row, 8 * n + col] = tile[lane, i]
     return out
 
@@ -155,7 +151,7 @@ def _as_python(expr: CExpr, values: dict[str, int]) -> int:
 
 
 @pytest.mark.parametrize("function, arguments", [
-    (a_rows, ("warp", "kk")), (b_rows, ("p", "kk")), (b_rows_transposed, ("kk", "p")),
+    (fragments.a_rows, ("warp", "kk")), (fragments.b_rows, ("p", "kk")), (fragments.b_rows_transposed, ("kk", "p")),
 ])  # fmt: skip
 def test_the_rendered_c_computes_what_the_functions_do(function, arguments):
     """The kernel's C expressions (CExpr, with C's / and %) give the ints the simulation used, for every lane."""
@@ -167,8 +163,8 @@ def test_the_rendered_c_computes_what_the_functions_do(function, arguments):
         assert tuple(_as_python(e, env) for e in exprs) == function(lane, 16 * x, 16 * y)
         assert _as_python(offset, env) == padded_offset(*function(lane, 16 * x, 16 * y), 8)
     for lane, i in itertools.product(LANES, range(4)):
-        row, col = accumulator_at(CExpr("lane"), CExpr("i"))
-        assert tuple(_as_python(e, {"lane": lane, "i": i}) for e in (row, col)) == accumulator_at(lane, i)
+        row, col = fragments.accumulator_at(CExpr("lane"), CExpr("i"))
+        assert tuple(_as_python(e, {"lane": lane, "i": i}) for e in (row, col)) == fragments.accumulator_at(lane, i)
 
 
 def test_a_weight_pair_keeps_the_lower_column_in_the_low_half():
