@@ -110,7 +110,7 @@ def test_fused_attention_matches_pytorch_forward_and_backward(shape, mask_kind):
     assert _compare(shape, mask_kind, F32, "CPU") == 1
 
 
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", ["causal", "bool"])
 def test_sixteen_bit_inputs(dtype, mask_kind):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CPU") == 1
@@ -209,7 +209,7 @@ def _cuda_source(dtype, mask_kind: str, shape=((2, 3), 37, 37, 80, 64), k_transp
 
 @needs_nvrtc
 @pytest.mark.usefixtures("on_the_cpu")  # the kernel built from CPU tensors, rendered for CUDA
-@pytest.mark.parametrize("dtype", [F16, BF16, F32])
+@pytest.mark.parametrize("dtype", [F16, BF16, F32], ids=["f16", "bf16", "f32"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 def test_the_cuda_kernel_compiles(dtype, mask_kind):
     src = _cuda_source(dtype, mask_kind)
@@ -219,7 +219,7 @@ def test_the_cuda_kernel_compiles(dtype, mask_kind):
 
 @needs_nvrtc
 @pytest.mark.usefixtures("on_the_cpu")
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("head, value", [(16, 16), (64, 64), (80, 48), (128, 128)])
 def test_the_tensor_core_kernel_compiles_for_sm_90_without_spills(dtype, mask_kind, head, value):
@@ -270,7 +270,7 @@ def _packed(out: Tensor) -> np.ndarray:
 
 
 @needs_gpu
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("lengths", LENGTHS, ids=str)
 @pytest.mark.parametrize("head", [16, 64, 80, 128])
@@ -291,7 +291,7 @@ def test_gpu_tensor_core_kernel_outputs_and_logsumexps(dtype, mask_kind, lengths
 
 
 @needs_gpu
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("shape", [((3, 5), 100, 100, 64, 64), ((1, 3), 257, 17, 128, 80), ((2, 1), 17, 257, 16, 16),
                                    ((1, 1), 1, 1, 16, 16)], ids=str)  # fmt: skip
@@ -302,7 +302,7 @@ def test_gpu_tensor_core_kernel_forward_and_backward(dtype, mask_kind, shape):
 
 
 @needs_gpu
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 def test_gpu_gpt2_heads_from_one_sixteen_bit_buffer(dtype):
     """GPT-2's fp16 attention: q, k and v slices of one (batch, length, 3, heads, 64) buffer, causal."""
     rng = np.random.default_rng(5)
@@ -322,7 +322,7 @@ def test_gpu_fused_attention_matches_pytorch(shape, mask_kind, cuda_fused):
 
 
 @needs_gpu
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 def test_gpu_sixteen_bit_inputs(dtype, mask_kind, cuda_fused):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CUDA") == 1
