@@ -1,5 +1,7 @@
-"""Fused attention beside the unfused path (the same call with the renderer's `fused_attention` off): forward, and
-forward with backward, of scaled_dot_product_attention at B=8, H=12, E=64 over several lengths.
+"""Fused attention beside the unfused path (the same call under FUSED_ATTENTION=0): forward, and forward with
+backward, of scaled_dot_product_attention at B=8, H=12, E=64 over several lengths. The fused side is the kernel the
+device's renderer asks for (CUDA: the tensor cores' for float16 and bfloat16; float32 takes the unfused path on both
+sides there unless --simt asks for the SIMT kernel).
 
 Run: python bench/attention.py [--device CPU] [--dtype float32] [--lengths 128,256,512] [--causal] [--backward]
 Each figure is the median of --runs timed runs after two warm-up runs, each ended by the device's synchronize.
@@ -12,7 +14,7 @@ import functools
 import statistics
 import time
 
-from glassgrad import Device, Tensor, dtypes
+from glassgrad import Context, Device, Tensor, dtypes
 
 
 def _time(fn, device: str, runs: int) -> float:
@@ -46,6 +48,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--backward", action="store_true")
+    parser.add_argument("--simt", action="store_true", help="CUDA: fuse every case (the SIMT kernel where no other)")
     args = parser.parse_args()
     dtype, renderer = getattr(dtypes, args.dtype), Device[args.device].renderer
     print(f"{args.device} {args.dtype} B={args.batch} H={args.heads} E={args.head_size} causal={args.causal}"
@@ -57,9 +60,10 @@ def main() -> None:
             t.requires_grad = args.backward
 
         figures = []
+        renderer.fused_attention = args.simt or type(renderer).fused_attention
         for fused in (True, False):
-            renderer.fused_attention = fused
-            figures.append(_time(functools.partial(_step, q, k, v, args), args.device, args.runs) * 1e3)
+            with Context(FUSED_ATTENTION=int(fused)):
+                figures.append(_time(functools.partial(_step, q, k, v, args), args.device, args.runs) * 1e3)
         renderer.fused_attention = type(renderer).fused_attention
         print(f"T={length:5d}: {figures[0]:9.3f} {figures[1]:9.3f} {figures[1] / figures[0]:6.2f}x")
 

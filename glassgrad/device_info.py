@@ -73,10 +73,10 @@ def runs_blocks(device: str) -> bool:
     return renderer(device).has_local
 
 
-def fuses_attention(device: str) -> bool:
-    """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node): its
-    `fused_attention`."""
-    return renderer(device).fused_attention
+def fuses_attention(device: str, dtype: DType, head_size: int, value_size: int) -> bool:
+    """Whether the device's renderer writes a whole fused attention kernel (an ATTENTION node) for q, k, v of `dtype`
+    and these head sizes: its `fuses_attention`."""
+    return renderer(device).fuses_attention(dtype, head_size, value_size)
 
 
 def holds(device: str, dtype: DType) -> bool:

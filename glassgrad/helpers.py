@@ -61,6 +61,8 @@ TF32 = ContextVar("TF32", 0)  # 1: float32 contractions may run on the tensor co
 JIT = ContextVar("JIT", 1)  # 0: TinyJit runs its function eagerly, every call
 VIZ = ContextVar("VIZ", 0)
 PROGRESS = ContextVar("PROGRESS", 1)  # 0: no "compiling N kernels" line on stderr when a realize waits on compiles
+FUSED_ATTENTION = ContextVar("FUSED_ATTENTION", 1)  # 0: scaled_dot_product_attention never asks for a fused kernel
+# (mixin/fused_attention.py): the ordinary ops, on every device
 TRAINING = ContextVar("TRAINING", 0)  # Tensor.training: dropout drops, batchnorm uses and updates batch statistics
 
 L2_BUDGET = 1 << 20  # bytes of one operand a kernel may keep in cache: half of a 2 MiB L2 (the CPU kernels' tiles, a

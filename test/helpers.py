@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import shutil
@@ -43,6 +44,24 @@ def _nvrtc_missing() -> str | None:
 
 
 needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None, reason="needs NVRTC (pip install nvidia-cuda-nvrtc)")
+
+
+def nvrtc_log(src: str, arch: str) -> str:
+    """NVRTC's log of compiling CUDA source for `arch`, with ptxas's report (registers, spills); fails on an error."""
+    from glassgrad.runtime import ops_cuda
+
+    compiler = ops_cuda.NVRTCCompiler(arch)
+    options = compiler.options_for(src) + ["--ptxas-options=-v"]
+    lib, program = ops_cuda.libnvrtc(), ctypes.c_void_p()
+    lib.nvrtcCreateProgram(ctypes.byref(program), src.encode(), b"kernel.cu", 0, None, None)
+    try:
+        status = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(
+            *(o.encode() for o in options)))  # fmt: skip
+        assert status == 0, compiler._log(program)
+        return compiler._log(program)
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+
 
 # the devices the API tests run on; CUDA=1 adds the GPU (and makes it the default device)
 DEVICES = ("CPU", "PYTHON") + (("CUDA",) if getenv("CUDA", 0) else ())
@@ -208,3 +227,21 @@ print(peak_mb() - before)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return float(done.stdout.strip().splitlines()[-1])
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, causal: bool,
+                        scale: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """scaled_dot_product_attention's outputs and each row's logsumexp of the scores, in float64; a row whose keys
+    are all masked gives 0 and -inf (glassgrad's rule; PyTorch gives nan)."""
+    scores = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * scale
+    length, source = scores.shape[-2:]
+    if causal:  # key j <= row i
+        scores = np.where(np.arange(source)[None, :] <= np.arange(length)[:, None], scores, -np.inf)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    top = scores.max(-1, keepdims=True)
+    weights = np.exp(scores - np.where(np.isinf(top), 0, top))
+    total = weights.sum(-1, keepdims=True)
+    out = np.divide(weights @ v, total, out=np.zeros(scores.shape[:-1] + v.shape[-1:]), where=total > 0)
+    with np.errstate(divide="ignore"):
+        return out, np.log(total[..., 0]) + top[..., 0]

@@ -1,17 +1,21 @@
-"""Fused attention (mixin/fused_attention.py, renderer/attention.py, renderer/cuda_attention.py): forward and backward
-against PyTorch's scaled_dot_product_attention on the CPU (and the GPU, skipped without one), which cases take the
-fused kernel, and that the CUDA source compiles with NVRTC (no GPU needed)."""
+"""Fused attention (mixin/fused_attention.py, renderer/attention.py, renderer/cuda_attention.py and the tensor cores'
+renderer/cuda_mma_attention.py): forward and backward against PyTorch's scaled_dot_product_attention on the CPU (and
+the GPU, skipped without one), which cases take the fused kernel, and that the CUDA source compiles with NVRTC (no GPU
+needed; test_mma_attention_emulated.py runs the tensor-core kernel on the CPU)."""
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from glassgrad import Tensor, dtypes
+from glassgrad import Context, Device, Tensor, dtypes
 from glassgrad.codegen import get_program
 from glassgrad.codegen.attention import is_attention
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime import ops_cuda
-from helpers import needs_gpu, needs_nvrtc
+from glassgrad.uop.ops import Ops
+from helpers import attention_reference, needs_gpu, needs_nvrtc, nvrtc_log
 
 F16, BF16, F32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
 TORCH_DTYPES = {F16: torch.float16, BF16: torch.bfloat16, F32: torch.float32}
@@ -106,7 +110,7 @@ def test_fused_attention_matches_pytorch_forward_and_backward(shape, mask_kind):
     assert _compare(shape, mask_kind, F32, "CPU") == 1
 
 
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", ["causal", "bool"])
 def test_sixteen_bit_inputs(dtype, mask_kind):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CPU") == 1
@@ -190,10 +194,12 @@ def test_a_mask_that_broadcasts_the_batch_up():
 # ---- CUDA: the source compiles here; the GPU runs it where there is one ----
 
 
-def _cuda_source(dtype, mask_kind: str, shape=((2, 3), 37, 37, 80, 64)) -> str:
+def _cuda_source(dtype, mask_kind: str, shape=((2, 3), 37, 37, 80, 64), k_transposed: bool = False) -> str:
     batch, length, source, head, value = shape
     q, k, v = (Tensor.empty(*batch, n, e, dtype=dtype, device="CPU") for n, e in ((length, head), (source, head),
                                                                                  (source, value)))  # fmt: skip
+    if k_transposed:  # rows of k not contiguous: the tensor-core kernel copies them through registers
+        k = Tensor.empty(*batch, head, source, dtype=dtype, device="CPU").transpose(-1, -2)
     mask = _mask(mask_kind, batch, length, source, np.random.default_rng(0))
     out = q.scaled_dot_product_attention(k, v, attn_mask=None if mask is None else Tensor(mask),
                                          is_causal=mask_kind == "causal")  # fmt: skip
@@ -203,12 +209,109 @@ def _cuda_source(dtype, mask_kind: str, shape=((2, 3), 37, 37, 80, 64)) -> str:
 
 @needs_nvrtc
 @pytest.mark.usefixtures("on_the_cpu")  # the kernel built from CPU tensors, rendered for CUDA
-@pytest.mark.parametrize("dtype", [F16, BF16, F32])
+@pytest.mark.parametrize("dtype", [F16, BF16, F32], ids=["f16", "bf16", "f32"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 def test_the_cuda_kernel_compiles(dtype, mask_kind):
     src = _cuda_source(dtype, mask_kind)
     assert "__shfl_xor_sync" in src and "gg_dynamic_shared_bytes" in src
     assert ops_cuda.NVRTCCompiler("sm_80").compile(src)
+
+
+@needs_nvrtc
+@pytest.mark.usefixtures("on_the_cpu")
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("head, value", [(16, 16), (64, 64), (80, 48), (128, 128)])
+def test_the_tensor_core_kernel_compiles_for_sm_90_without_spills(dtype, mask_kind, head, value):
+    for k_transposed in (False, True):
+        src = _cuda_source(dtype, mask_kind, ((3, 5), 100, 257, head, value), k_transposed)
+        assert "mma.sync.aligned.m16n8k16" in src and ("cp.async" in src)
+        log = nvrtc_log(src, "sm_90")
+        assert "0 bytes spill stores" in log, log
+
+
+def test_cuda_fuses_sixteen_bits_with_head_sizes_the_tensor_cores_take():
+    """CUDA asks for the tensor-core kernel (16-bit inputs, head sizes multiples of 16 up to 128), not for the SIMT
+    one (slower than the unfused path in GPT-2) unless `fused_attention` is set, and none before sm_80."""
+    renderer = CUDARenderer()
+    assert renderer.fuses_attention(F16, 64, 64) and renderer.fuses_attention(BF16, 128, 16)
+    assert not any(renderer.fuses_attention(d, e, ev) for d, e, ev in [(F32, 64, 64), (F16, 72, 72), (F16, 64, 144),
+                                                                        (BF16, 8, 8)])  # fmt: skip
+    renderer.mma_attention = False  # a device before sm_80
+    assert not renderer.fuses_attention(F16, 64, 64)
+
+
+@pytest.mark.usefixtures("on_the_cpu")
+def test_the_cuda_renderer_writes_the_simt_kernel_where_the_tensor_cores_do_not_fit():
+    assert "mma.sync" in _cuda_source(F16, "causal", ((2, 3), 37, 37, 64, 64))
+    for dtype, head in [(F32, 64), (F16, 72)]:
+        src = _cuda_source(dtype, "causal", ((2, 3), 37, 37, head, head))
+        assert "mma.sync" not in src and "__shfl_xor_sync" in src
+
+
+@pytest.mark.usefixtures("on_the_cpu")
+def test_fused_attention_0_takes_the_ordinary_path():
+    arrays = _inputs((2, 3), 9, 13, 16, 16)
+    with Context(FUSED_ATTENTION=0):
+        out = Tensor(arrays[0]).scaled_dot_product_attention(Tensor(arrays[1]), Tensor(arrays[2]), is_causal=True)
+        assert _fused_kernels(out) == 0
+    want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in arrays), is_causal=True)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# the tensor-core kernel on the GPU: odd batch and heads, lengths no multiple of a 64-key block, L != S
+LENGTHS = [(1, 1), (17, 17), (64, 64), (100, 100), (257, 257), (17, 257), (257, 17)]
+
+
+def _packed(out: Tensor) -> np.ndarray:
+    """The ATTENTION kernel's own output of `out`'s graph: every row's outputs, then every row's logsumexp."""
+    (node,) = [u for u in out.uop.toposort() if u.op is Ops.ATTENTION]
+    return Tensor(node).numpy()
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+@pytest.mark.parametrize("head", [16, 64, 80, 128])
+def test_gpu_tensor_core_kernel_outputs_and_logsumexps(dtype, mask_kind, lengths, head):
+    (length, source), batch = lengths, (3, 5)
+    rng = np.random.default_rng(length * 1000 + head)
+    mask, causal = _mask(mask_kind, batch, length, source, rng), mask_kind == "causal"
+    q, k, v = (Tensor(a, device="CUDA").cast(dtype).realize() for a in _inputs(batch, length, source, head, head))
+    tmask = None if mask is None else Tensor(mask, device="CUDA")
+    out = q.scaled_dot_product_attention(k, v, attn_mask=tmask, is_causal=causal)
+    (item,) = [i for i in out.schedule() if i.ast.op.name == "SINK" and is_attention(i.ast)]
+    assert "mma.sync" in get_program(item.ast, Device["CUDA"].renderer).src
+    packed = _packed(out)
+    want_out, want_lse = attention_reference(*(t.float().numpy() for t in (q, k, v)), mask, causal, 1 / math.sqrt(head))
+    rows, tolerance = want_lse.size, TOLERANCE[dtype][0]  # the weights are rounded to 16 bits for P @ v
+    np.testing.assert_allclose(packed[: rows * head].reshape(want_out.shape), want_out, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(packed[rows * head :].reshape(want_lse.shape), want_lse, rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("shape", [((3, 5), 100, 100, 64, 64), ((1, 3), 257, 17, 128, 80), ((2, 1), 17, 257, 16, 16),
+                                   ((1, 1), 1, 1, 16, 16)], ids=str)  # fmt: skip
+def test_gpu_tensor_core_kernel_forward_and_backward(dtype, mask_kind, shape):
+    """Without the `cuda_fused` fixture: CUDA takes the tensor-core kernel by itself."""
+    assert _compare(shape, mask_kind, dtype, "CUDA") == 1
+    assert _compare(shape, mask_kind, dtype, "CUDA", transposed=True) == 1
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+def test_gpu_gpt2_heads_from_one_sixteen_bit_buffer(dtype):
+    """GPT-2's fp16 attention: q, k and v slices of one (batch, length, 3, heads, 64) buffer, causal."""
+    rng = np.random.default_rng(5)
+    qkv = Tensor(rng.standard_normal((3, 77, 3, 5, 64)).astype(np.float32), device="CUDA").cast(dtype).realize()
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    out = q.scaled_dot_product_attention(k, v, is_causal=True)
+    assert _fused_kernels(out) == 1
+    want, _ = attention_reference(*(t.float().numpy() for t in (q, k, v)), None, True, 1 / 8)
+    np.testing.assert_allclose(out.float().numpy(), want, rtol=TOLERANCE[dtype][0], atol=TOLERANCE[dtype][0])
 
 
 @needs_gpu
@@ -219,7 +322,7 @@ def test_gpu_fused_attention_matches_pytorch(shape, mask_kind, cuda_fused):
 
 
 @needs_gpu
-@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 def test_gpu_sixteen_bit_inputs(dtype, mask_kind, cuda_fused):
     assert _compare(((2, 3), 37, 37, 64, 64), mask_kind, dtype, "CUDA") == 1

@@ -14,9 +14,8 @@ from glassgrad.codegen.lowerer import lower_kernel
 from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.uop.ops import Ops
-from helpers import needs_gpu, needs_nvrtc
+from helpers import needs_gpu, needs_nvrtc, nvrtc_log
 from test_device_checks import raises_like, torch_error
-from test_tensor_cores import _compile
 
 TORCH_DTYPES = {dtypes.float32: torch.float32, dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16}
 TOLERANCE = {dtypes.float32: 1e-6, dtypes.float16: 1e-2, dtypes.bfloat16: 2e-2}
@@ -289,4 +288,4 @@ def test_the_scatter_kernels_compile_with_nvrtc(dtype):
     """Every dtype's scatter (16- and 8-bit ones add in float32 or int32) compiles for sm_80 and sm_90."""
     ast = _scatter_ast(dtype, rows=50257, width=768)
     for arch in ("sm_80", "sm_90"):
-        _compile(get_program(ast, CUDARenderer()).src, arch)
+        nvrtc_log(get_program(ast, CUDARenderer()).src, arch)

@@ -3,8 +3,6 @@ kernels are matrix products, which configuration the heuristics choose, what the
 source compiles with NVRTC (the nvidia-cuda-nvrtc wheel will do, no GPU). test_tensor_cores_gpu.py runs them.
 """
 
-import ctypes
-
 import pytest
 
 from api.test_linalg import MATMUL_SHAPES
@@ -21,7 +19,7 @@ from glassgrad.renderer.cuda_tc import TileConfig
 from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig
 from glassgrad.runtime import ops_cuda
 from glassgrad.uop.ops import Ops
-from helpers import needs_nvrtc
+from helpers import needs_nvrtc, nvrtc_log
 
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
     "a@b": lambda a, b: a @ b,
@@ -299,20 +297,6 @@ PLAIN = {dtype: (lambda dtype=dtype: (_empty(512, 512, dtype=dtype) @ _empty(512
          for dtype in (F16, BF16, F32)}  # fmt: skip
 
 
-def _compile(src: str, arch: str) -> str:
-    compiler = ops_cuda.NVRTCCompiler(arch)
-    options = compiler.options_for(src) + ["--ptxas-options=-v"]
-    lib, program = ops_cuda.libnvrtc(), ctypes.c_void_p()
-    lib.nvrtcCreateProgram(ctypes.byref(program), src.encode(), b"kernel.cu", 0, None, None)
-    try:
-        status = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(
-            *(o.encode() for o in options)))  # fmt: skip
-        assert status == 0, compiler._log(program)
-        return compiler._log(program)
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(program))
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("config", range(len(HOPPER_CONFIGS)), ids=lambda i: str(HOPPER_CONFIGS[i]))
 @pytest.mark.parametrize("kind", ["plain", "hard"])
@@ -322,7 +306,7 @@ def test_every_configuration_compiles_for_sm_90_without_spills(config, kind):
     with Context(TF32=int(getattr(c, "tf32", False))):
         ast = _ast((PLAIN if kind == "plain" else HARD)[dtype]())
         assert Opt("TC", 0, config) in tensor_core_actions(ast, HOPPER)
-        log = _compile(get_program(ast, HOPPER, (Opt("TC", 0, config),)).src, "sm_90")
+        log = nvrtc_log(get_program(ast, HOPPER, (Opt("TC", 0, config),)).src, "sm_90")
     assert ("sm_90a" in " ".join(ops_cuda.NVRTCCompiler("sm_90").options_for("wgmma."))) and log
     assert "0 bytes spill stores" in log and "serialized" not in log, log  # wgmma kept asynchronous (C7514)
 
@@ -334,4 +318,4 @@ def test_the_kernels_compile_for_sm_80(dtype):
         with Context(TF32=1):
             ast = _ast(HARD[dtype]())
             if Opt("TC", 0, config) in tensor_core_actions(ast, CUDA):
-                _compile(get_program(ast, CUDA, (Opt("TC", 0, config),)).src, "sm_80")
+                nvrtc_log(get_program(ast, CUDA, (Opt("TC", 0, config),)).src, "sm_80")

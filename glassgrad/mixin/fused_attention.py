@@ -6,7 +6,9 @@ shape: a float32 buffer of every row's output, then every row's logsumexp (rende
 computes them), and returns the outputs in q's dtype. Its gradient (`attention_gradient`, gradient.py's rule) is
 ordinary ops that recompute the weights from the saved logsumexp: P = exp(scores - lse), no softmax's sums again.
 Cases it does not cover (dropout, a head over MAX_HEAD, other dtypes, symbolic or empty sizes, several devices) take
-mixin/attention.py's path of ordinary ops, the reference.
+mixin/attention.py's path of ordinary ops, the reference; so do the cases the device's renderer does not fuse
+(`Renderer.fuses_attention`: CUDA's tensor-core kernel takes 16-bit inputs, head sizes multiples of 16) and every case
+under FUSED_ATTENTION=0.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from glassgrad import device_info
 from glassgrad.autocast import contraction_operands
 from glassgrad.dtype import dtypes
 from glassgrad.errors import ArgumentError
-from glassgrad.helpers import prod
+from glassgrad.helpers import FUSED_ATTENTION, prod
 from glassgrad.mixin.small_tensors import _arange
 from glassgrad.shape import broadcast_shape
 from glassgrad.uop.ops import Ops, UOp
@@ -30,9 +32,12 @@ FUSED_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)  # of q, k and 
 MAX_HEAD = 128  # the largest head size (of queries and keys, and of values) the kernels hold
 
 
-def renderer_fuses_attention(device: str | tuple[str, ...]) -> bool:
-    """Whether the device's renderer writes fused attention kernels (one device, not shards on several)."""
-    return isinstance(device, str) and device_info.fuses_attention(device)
+def renderer_fuses_attention(q: Tensor, v: Tensor) -> bool:
+    """Whether the device's renderer writes a fused attention kernel for these inputs (one device, not shards on
+    several), and FUSED_ATTENTION (helpers.py) lets it."""
+    if not FUSED_ATTENTION or not isinstance(q.device, str):
+        return False
+    return device_info.fuses_attention(q.device, q.dtype, q.shape[-1], v.shape[-1])
 
 
 def masked(scores: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
@@ -74,10 +79,8 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale:
                     ) -> Tensor | None:  # fmt: skip
     """softmax(q @ k.T * scale + mask) @ v as one ATTENTION kernel, or None where the device's renderer writes none
     or the case is not covered (the caller then takes the ordinary path). q, k, v and mask are checked already."""
-    if not renderer_fuses_attention(q.device):
-        return None
     q, k, v = contraction_operands(q, k, v)  # autocast's 16-bit operands, as the matmuls would take them
-    if (full := _full_shape(q, k, v, mask)) is None:
+    if (full := _full_shape(q, k, v, mask)) is None or not renderer_fuses_attention(q, v):
         return None
     *batch, length, source = full
     head, value = q.shape[-1], v.shape[-1]

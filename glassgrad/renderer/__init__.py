@@ -40,6 +40,11 @@ class Renderer:
         work together on one global index, a GPU's block; None: one thread each), in the device's own terms."""
         return ((outer_loop.src[0].arg,) if outer_loop is not None else None), None
 
+    def fuses_attention(self, dtype: DType, head_size: int, value_size: int) -> bool:
+        """Whether scaled_dot_product_attention asks for an ATTENTION kernel of q, k, v of `dtype` and these head
+        sizes (of q and k, of v): by default where `fused_attention` says so."""
+        return self.fused_attention
+
     def render_attention(self, name: str, spec) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
         """A fused attention kernel (renderer/attention.py's AttentionSpec): its source, global and local size."""
         raise NotImplementedError(f"{type(self).__name__} writes no fused attention kernel")

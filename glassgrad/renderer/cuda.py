@@ -20,6 +20,13 @@ from glassgrad.helpers import prod
 from glassgrad.renderer.attention import AttentionSpec
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.renderer.cuda_attention import THREADS, cuda_blocks, render_cuda_attention
+from glassgrad.renderer.cuda_mma_attention import CONFIG as MMA_CONFIG
+from glassgrad.renderer.cuda_mma_attention import (
+    mma_attention_blocks,
+    mma_attention_covers,
+    mma_attention_fits,
+    render_mma_attention,
+)
 from glassgrad.renderer.cuda_simt import SIMT_CONFIGS, SimtConfig, render_simt
 from glassgrad.renderer.cuda_tc import TF32_CONFIGS, TILE_CONFIGS, render_matmul
 from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig, render_wgmma
@@ -149,9 +156,12 @@ class CUDARenderer(CStyleRenderer):
     split_outer_loop = True
     has_local = True  # blocks of threads: the LOCAL and GROUP actions
     atomic_adds = True  # a scatter's threads add with atomicAdd
-    # its fused attention kernel (renderer/cuda_attention.py, SIMT) is correct but slower inside GPT-2 than the unfused
-    # path's tensor-core products (H200, fp16 forward 8 x 512: 370k against 435k tokens/s): asked for only when set
+    # its SIMT fused attention kernel (renderer/cuda_attention.py) is correct but slower inside GPT-2 than the unfused
+    # path's tensor-core products (H200, fp16 forward 8 x 512: 370k against 435k tokens/s): asked for only when set;
+    # the tensor-core one (renderer/cuda_mma_attention.py: 16-bit inputs, head sizes multiples of 16 up to 128) is
+    # asked for where it fits, on sm_80 and newer (the device clears `mma_attention` before)
     fused_attention = False
+    mma_attention = True
     # sums of products accumulate with fused multiply-adds (one instruction, one rounding, as cuBLAS does; the compiler
     # itself fuses nothing, --fmad=false), the unrolled terms of a sum one after another into the accumulator
     fuse_mulacc = True
@@ -168,8 +178,13 @@ class CUDARenderer(CStyleRenderer):
         kinds = {WgmmaConfig: render_wgmma, SimtConfig: render_simt}
         return kinds.get(type(config), render_matmul)(self, name, mm, config, epilogue, operands)
 
+    def fuses_attention(self, dtype: DType, head_size: int, value_size: int) -> bool:
+        return self.fused_attention or (self.mma_attention and mma_attention_fits(dtype, head_size, value_size))
+
     def render_attention(self, name: str, spec: AttentionSpec) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
-        """The fused attention kernel: a block per batch entry and ROWS query rows."""
+        """The fused attention kernel: the tensor cores' where it covers the case, else the SIMT one."""
+        if self.mma_attention and mma_attention_covers(spec):
+            return render_mma_attention(self, name, spec), (mma_attention_blocks(spec),), (MMA_CONFIG.threads,)
         return render_cuda_attention(self, name, spec), (cuda_blocks(spec),), (THREADS,)
 
     def launch_size(self, program: list[UOp], outer_loop: UOp | None = None) -> tuple[tuple[int, ...] | None, ...]:

@@ -353,7 +353,7 @@ class CudaDevice(Compiled):
         program = functools.partial(CUDAProgram, self)
         renderer = CUDARenderer()
         if major < 8:  # mma.sync, ldmatrix and cp.async (the tiled products' copies) need sm_80
-            renderer.tile_configs = ()
+            renderer.tile_configs, renderer.mma_attention = (), False
         if (major, minor) == (9, 0):  # wgmma: Hopper's own (sm_90a), preferred; mma.sync for the tiles it lacks
             renderer.tile_configs = HOPPER_CONFIGS
         super().__init__(name, CUDAAllocator(self), renderer, NVRTCCompiler(self.arch), program)  # type: ignore[arg-type]
