@@ -3,6 +3,8 @@ kernels are matrix products, which configuration the heuristics choose, what the
 source compiles with NVRTC (the nvidia-cuda-nvrtc wheel will do, no GPU). test_tensor_cores_gpu.py runs them.
 """
 
+import sys
+
 import pytest
 
 from api.test_linalg import MATMUL_SHAPES
@@ -319,3 +321,25 @@ def test_the_kernels_compile_for_sm_80(dtype):
             ast = _ast(HARD[dtype]())
             if Opt("TC", 0, config) in tensor_core_actions(ast, CUDA):
                 nvrtc_log(get_program(ast, CUDA, (Opt("TC", 0, config),)).src, "sm_80")
+
+
+def test_a_weight_gradient_written_flat_into_a_part_of_a_buffer_is_the_same_product(monkeypatch):
+    """DDP wrote each gradient flat into its part of one buffer: the kernel stores the product in its own axes
+    (schedule/store_shape.py), so the matcher finds the product of the gradient alone, and every configuration
+    stores it from the part's first element on."""
+    kernelize_module = sys.modules["glassgrad.schedule.kernelize"]
+    build, asts = kernelize_module.build_kernel, []
+    monkeypatch.setattr(kernelize_module, "build_kernel", lambda p: asts.append((k := build(p)).src[1].arg.ast) or k)
+
+    def weight_gradient() -> Tensor:
+        x, w = _empty(3, 37, 70).requires_grad_(), _empty(96, 70).requires_grad_()
+        x.linear(w).backward(_empty(3, 37, 96))
+        return w.grad
+
+    _empty(96 * 70 + 200)[100 : 100 + 96 * 70].assign(weight_gradient().reshape(-1))  # the kernel runs here
+    ast = asts[-1]
+    flat, alone = match_matmul(ast), match_matmul(_ast(weight_gradient()))
+    assert (flat.m, flat.n, flat.k) == (alone.m, alone.n, alone.k) == (96, 70, 111)
+    assert flat.a.strided == alone.a.strided and flat.b.strided == alone.b.strided
+    for opt in tensor_core_actions(ast, HOPPER):
+        assert "*(data0+(((gg_row*70)+gg_col)+100))" in get_program(ast, HOPPER, (opt,)).src

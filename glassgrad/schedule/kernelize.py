@@ -16,6 +16,7 @@ from glassgrad.helpers import prod, strides_for_shape
 from glassgrad.schedule.conv import window_buffers
 from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.schedule.pack import operand_twins, pack_panels, renderer_of_device
+from glassgrad.schedule.store_shape import store_shapes
 from glassgrad.schedule.symbolic_shapes import bound_sizes, shadow_sizes, with_bound_sizes
 from glassgrad.uop.ops import GroupOp, Ops, UOp, new_buffer
 from glassgrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -385,16 +386,6 @@ def _kernel(out: UOp, sources: list[UOp], ast: UOp, assign: bool = False) -> UOp
     return UOp(Ops.ASSIGN, out.dtype, (out if out.op is Ops.BUFFER else out.src[0], kernel))
 
 
-def _under_reshapes(node: UOp) -> UOp:
-    """The node under a chain of reshapes: a reshape keeps the data in the same row-major order, so a kernel stores
-    that node directly, in its own axes: a reduction's output axes stay lined up with its input axes, and a grouped
-    convolution computes (N, groups, C_out / groups, H, W), where (N, C_out, H, W) would divide each channel back
-    into its group in every load (17 -> 200 GFLOP/s)."""
-    while node.op is Ops.RESHAPE:
-        node = node.src[0]
-    return node
-
-
 def build_kernel(point: UOp) -> UOp:
     """The ASSIGN(BUFFER, KERNEL) that computes `point`, whose realized inputs are BUFFER or ASSIGN nodes."""
     if point.op is Ops.COPY:
@@ -411,14 +402,14 @@ def build_kernel(point: UOp) -> UOp:
         target, value = point.src
         out, store_st = target.base, chain_view(target)
     else:
-        value = _under_reshapes(point.src[0] if point.op is Ops.CONTIGUOUS else point)
+        value = point.src[0] if point.op is Ops.CONTIGUOUS else point
         out, store_st = new_buffer(point.device, point.size, point.dtype), ShapeTracker.from_shape(value.shape)
     inputs: dict[UOp, int] = {}
     ast_value = _to_ast(value, inputs)
     store = UOp(
         Ops.STORE, dtypes.void, (_output(out if out.op is Ops.BUFFER else out.src[0]), _view(store_st), ast_value)
     )
-    ast = merge_axes(UOp(Ops.SINK, dtypes.void, (store,)))
+    ast = merge_axes(graph_rewrite(UOp(Ops.SINK, dtypes.void, (store,)), store_shapes))
     return _kernel(out, list(inputs), ast, assign=point.op is Ops.ASSIGN)
 
 
