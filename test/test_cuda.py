@@ -172,6 +172,42 @@ def test_launch_computes_an_elementwise_kernel_over_many_blocks():
     assert_matches(Tensor(a, device="CUDA") * Tensor(b, device="CUDA") + 1, a * b + 1)
 
 
+def test_a_launch_passes_each_pointer_and_remakes_its_arguments_only_when_one_changes():
+    """Without a GPU: the driver's launch function faked, what CUDAProgram hands it (its parameter array made again
+    only for other arguments: an eager op's next launch gets the same allocations back)."""
+    calls = []
+
+    def launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra) -> int:
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        values = [ctypes.c_uint64.from_address(pointers[i]).value for i in range(3)]
+        calls.append(((grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, extra), params, values))
+        return 0
+
+    program = object.__new__(ops_cuda.CUDAProgram)
+    program.name, program.function, program.shared_bytes = "E_1000", ctypes.c_void_p(1), 0
+    program._last_launch, program._launch, program._params, program._launch_kernel = None, (), (), launch
+    program.device = type("NoGPU", (), {"activate": lambda self: None})()
+    for handles in ((11, 22, 33), (11, 22, 33), (11, 44, 33)):
+        assert program(*handles, global_size=(1000,), local_size=None) is None
+    assert [values for _, _, values in calls] == [[11, 22, 33], [11, 22, 33], [11, 44, 33]]
+    assert calls[0][0] == (4, 1, 1, ops_cuda.BLOCK_SIZE, 1, 1, 0, None, None)  # 1000 threads in blocks of 256
+    assert calls[1][1] is calls[0][1] and calls[2][1] is not calls[0][1]
+    program.device = None  # (its __del__ unloads nothing)
+
+
+@needs_gpu
+def test_eager_ops_on_reused_and_new_allocations_each_compute_their_own_values():
+    a = Tensor(np.arange(10, dtype=np.float32), device="CUDA").realize()
+    kept = []
+    for i in range(6):  # a result dropped gives its allocation to the next; a result kept makes the next one new
+        out = (a + Tensor(np.full(10, i, np.float32), device="CUDA")).realize()  # (one kernel, launched each time)
+        np.testing.assert_array_equal(out.numpy(), np.arange(10, dtype=np.float32) + i)
+        if i % 2:
+            kept.append((i, out))
+    for i, out in kept:
+        np.testing.assert_array_equal(out.numpy(), np.arange(10, dtype=np.float32) + i)
+
+
 @needs_gpu
 def test_program_timed_with_events_returns_seconds():
     x = Tensor(random_array((4096,)), device="CUDA").realize()

@@ -121,6 +121,10 @@ def init_driver() -> int:
     lib.cuMemcpyPeer.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    # every launch: declared, ctypes converts each argument without guessing its type
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_void_p]  # fmt: skip
     code = lib.cuInit(0)
     if code != 0:
         raise CUDAUnavailable(f"CUDA is unavailable: the driver found no usable GPU (cuInit: {_driver_error(code)})")
@@ -280,6 +284,8 @@ class CUDAProgram(Program):
         self.shared_bytes = self._dynamic_shared_bytes()
         self._last_launch: tuple | None = None  # the arguments of the last launch, and what it passed the driver
         self._launch: tuple = ()
+        self._params: tuple = ()  # (the arrays the launch's arguments point into, kept alive while used)
+        self._launch_kernel = libcuda().cuLaunchKernel
         if self.shared_bytes:  # beyond 48 KB a kernel must ask for it
             cu("cuFuncSetAttribute", self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
 
@@ -297,12 +303,16 @@ class CUDAProgram(Program):
                  ) -> float | None:  # fmt: skip
         if (launch := (bufs, vals, global_size, local_size)) != self._last_launch:  # made again only when they
             # change: an eager op's next call gets the same allocations back from the allocator's kept ones
-            params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
-            self._last_launch, self._launch = launch, (*launch_dims(global_size, local_size), params)
-        grid, block, (_, params) = self._launch  # (the driver copies the arguments at the launch)
+            self._params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
+            grid, block = launch_dims(global_size, local_size)  # (the driver copies the arguments at the launch)
+            self._last_launch = launch
+            self._launch = (self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, self._params[1], None)
         self.device.activate()
-        with EventTimer(wait) as timer:
-            cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, params, None)
+        if not wait:  # (no timer made: every eager op's launch)
+            check(self._launch_kernel(*self._launch), "cuLaunchKernel")
+            return None
+        with EventTimer(True) as timer:
+            check(self._launch_kernel(*self._launch), "cuLaunchKernel")
         return timer.seconds
 
     def __del__(self):
@@ -347,6 +357,7 @@ class CudaDevice(Compiled):
         self.handle, self.context = ctypes.c_int(), ctypes.c_void_p()
         cu("cuDeviceGet", ctypes.byref(self.handle), self.index)
         cu("cuDevicePrimaryCtxRetain", ctypes.byref(self.context), self.handle)
+        self._set_current = libcuda().cuCtxSetCurrent  # (activate runs before every launch: no lookup by name)
         self.activate()
         major, minor = (self.attribute(a) for a in (75, 76))  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
         self.arch = f"sm_{major}{minor}"
@@ -372,7 +383,8 @@ class CudaDevice(Compiled):
 
     def activate(self) -> None:
         """Make this device's context current in the calling thread (driver calls act on the current context)."""
-        cu("cuCtxSetCurrent", self.context)
+        if code := self._set_current(self.context):
+            check(code, "cuCtxSetCurrent")
 
     def synchronize(self) -> None:
         self.activate()
