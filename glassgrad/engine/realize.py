@@ -345,7 +345,7 @@ class RunPlan:
         try:
             for runner, slots, kernel in self.steps:
                 if kernel:
-                    if (seconds := runner.launch(list(map(handles.__getitem__, slots)), wait, var_vals)) is not None:
+                    if (seconds := runner.launch([handles[i] for i in slots], wait, var_vals)) is not None:
                         _timed(runner, seconds)
                 else:  # a copy
                     runner([buffers[i] for i in slots], wait)

@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import functools
 import mmap
+import operator
 import os
 import shutil
 import subprocess
@@ -154,6 +155,7 @@ class CCompiler(Compiler):
                 return f.read()
 
 
+_address = operator.itemgetter(1)  # a buffer's address, of its handle (array, address)
 THREADS = int(os.environ.get("NUM_CPU_THREADS") or os.cpu_count() or 1)
 THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't repay waking the other threads
 
@@ -187,9 +189,9 @@ class CPUProgram(Program):
             self.fn.argtypes = ([ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
                                 + [ctypes.c_longlong] * (2 * (global_size is not None)))  # fmt: skip
         if global_size is None:  # no loop to split: the kernel takes its buffers and its Variables' values
-            self.fn(*[b[1] for b in bufs], *vals)
+            self.fn(*map(_address, bufs), *vals)
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*[b[1] for b in bufs], *vals, 0, global_size[0])
+            self.fn(*map(_address, bufs), *vals, 0, global_size[0])
             # the faster of its last two runs on one core decides: a first run is slow for reasons of its own (cold
             # caches, fresh pages), and a tiny kernel sent to the pool by it would pay the threads' wake-up each run
             seconds = time.perf_counter() - start
