@@ -38,7 +38,7 @@ from glassgrad.engine.schedule_cache import (
     renamed,
 )
 from glassgrad.engine.threads import one_thread_at_a_time
-from glassgrad.helpers import KeyedRef
+from glassgrad.helpers import DEBUG, KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Device
 from glassgrad.schedule import pack
@@ -288,7 +288,8 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     """Run every kernel the tensors need (and the lazy readers of what their assigns overwrite, first); afterwards
     each is backed by a buffer."""
     start, before = time.perf_counter(), GlobalCounters.kernel_count
-    tensors = (*tensors, *readers_of_overwritten(tensors))
+    if _assigning:  # (an assign may be pending: its readers are realized first)
+        tensors = (*tensors, *readers_of_overwritten(tensors))
     template, order = cached_template(_current_roots(tensors))
     # the values of the Variables bound in the graph (its kernels take them), read where the template says sizes bind
     var_vals = bound_values([order[i] for i in template.symbolic]) if template.symbolic else {}
@@ -296,7 +297,8 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
         _run_realized(tensors, template, order, var_vals)
     else:
         _run_scheduled(tensors, _scheduled(tensors, renamed(template, order)), var_vals)
-    timed_realize_summary(start, before)
+    if DEBUG.value:
+        timed_realize_summary(start, before)
 
 
 @one_thread_at_a_time
@@ -309,7 +311,7 @@ def schedule_tensors(tensors: Sequence[Tensor]) -> Scheduled:
 def _current_roots(tensors: Sequence[Tensor]) -> list[UOp]:
     """The tensors' graphs as they stand now (each tensor pointed at its own)."""
     for t in tensors:
-        if (now := t._current_uop()) is not t.uop:
+        if (now := current(t.uop)) is not t.uop:
             t._set_uop(now)
         if (lowered := lower_multi(t.uop)) is not t.uop:  # ops on several devices: a graph per device
             replaced[t.uop] = lowered
