@@ -45,7 +45,7 @@ from glassgrad.schedule import pack
 from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.multi import lower_multi
-from glassgrad.uop.ops import Ops, UOp, new_buffer
+from glassgrad.uop.ops import Ops, UOp, new_buffer, several_devices
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -200,6 +200,7 @@ def become(mapping: dict[UOp, UOp]) -> None:
 
 
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
+_NOTHING: frozenset[UOp] = frozenset()
 
 
 def intermediates(made: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
@@ -316,6 +317,8 @@ def _current_roots(tensors: Sequence[Tensor]) -> list[UOp]:
         if (lowered := lower_multi(t.uop)) is not t.uop:  # ops on several devices: a graph per device
             replaced[t.uop] = lowered
             t._set_uop(lowered)
+    if not several_devices["seen"]:  # (no MULTI anywhere: a shard per tensor)
+        return [t.uop for t in tensors]
     return [shard for t in tensors for shard in _shards(t.uop)]
 
 
@@ -334,6 +337,8 @@ def _shards(node: UOp) -> tuple[UOp, ...]:
 
 def _regrouped(tensors: Sequence[Tensor], roots: list[UOp]) -> list[UOp]:
     """The tensors' nodes over `roots`, the new nodes of their shards in order."""
+    if not several_devices["seen"]:  # (no MULTI anywhere: each tensor's node is its root)
+        return roots
     out, at = [], 0
     for t in tensors:
         shards = _shards(t.uop)
@@ -376,7 +381,7 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
     now = realized_now(template, order)
     for t, root in zip(tensors, _regrouped(tensors, now.roots)):
         t._set_uop(root)
-    unused = set()
+    unused: set[UOp] = _NOTHING
     if len(now.finals) > 1:  # (one buffer shares with none: an eager op's realize skips this)
         made = set(now.made.values())
         unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER

@@ -341,11 +341,11 @@ class RunPlan:
             steps = [ExecItem(runner, [buffers[i] for i in slots]) for runner, slots, _ in self.steps]
             plan_memory(steps, kept=lambda b: id(b) not in planned)
         capturing, wait = captures(), DEBUG.value >= 2  # (the TinyJit captures running in this thread)
-        handles = handles_of(buffers) if self.counts[0] else []  # (every buffer allocated before the first kernel)
         try:
             for runner, slots, kernel in self.steps:
-                if kernel:
-                    if (seconds := runner.launch([handles[i] for i in slots], wait, var_vals)) is not None:
+                if kernel:  # (its buffers' handles as handles_of reads them, in one pass)
+                    handles = [(b := buffers[i])._handle or b.handle for i in slots]
+                    if (seconds := runner.launch(handles, wait, var_vals)) is not None:
                         _timed(runner, seconds)
                 else:  # a copy
                     runner([buffers[i] for i in slots], wait)
