@@ -235,9 +235,10 @@ def run_step(runner: CompiledKernel | Runner, bufs: list[Buffer], var_vals: dict
     if not isinstance(runner, CompiledKernel):  # a copy or a collective: no kernel to count
         runner(bufs, wait=DEBUG.value >= 2)
         return
-    if (seconds := runner(bufs, DEBUG.value >= 2, var_vals)) is not None:  # (a buffer is allocated when its handle
-        _timed(runner, seconds)  # is read)
+    seconds = runner(bufs, DEBUG.value >= 2, var_vals)  # (a buffer is allocated when its handle is read)
     _count(1, runner.spec.ops, runner.spec.mem)
+    if seconds is not None:
+        _timed(runner, seconds)
 
 
 def _count(kernels: int, ops: int, mem: int) -> None:
@@ -345,8 +346,11 @@ class RunPlan:
             for runner, slots, kernel in self.steps:
                 if kernel:  # (its buffers' handles as handles_of reads them, in one pass)
                     handles = [(b := buffers[i])._handle or b.handle for i in slots]
-                    if (seconds := runner.launch(handles, wait, var_vals)) is not None:
-                        _timed(runner, seconds)
+                    seconds = runner.launch(handles, wait, var_vals)
+                    if wait:  # DEBUG=2: counted one by one, so that its line numbers it
+                        _count(1, runner.spec.ops, runner.spec.mem)
+                        if seconds is not None:
+                            _timed(runner, seconds)
                 else:  # a copy
                     runner([buffers[i] for i in slots], wait)
                 if capturing:
@@ -356,7 +360,8 @@ class RunPlan:
         finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
             if self.checking:
                 raise_failed_checks(self.checking)
-        _count(*self.counts)
+        if not wait:
+            _count(*self.counts)
 
 
 def _kernel_items(items: list[ScheduleItem]) -> list[ScheduleItem]:
