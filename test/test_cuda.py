@@ -17,11 +17,12 @@ import torch
 from glassgrad import Device, Tensor, TinyJit, dtypes
 from glassgrad.codegen import get_program
 from glassgrad.codegen.heuristics import GROUP_THREADS
-from glassgrad.renderer.cuda import CUDARenderer, float_to_half_bits
+from glassgrad.codegen.opt import Opt
+from glassgrad.renderer.cuda import HOPPER_CONFIGS, CUDARenderer, float_to_half_bits
 from glassgrad.runtime import ops_cuda
 from glassgrad.runtime.device import Buffer
 from glassgrad.runtime.ops_cuda import CUDAError, CUDAUnavailable
-from helpers import CUDA_MISSING, assert_matches, needs_gpu, random_array
+from helpers import CUDA_MISSING, assert_matches, needs_gpu, needs_nvrtc, random_array
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -170,6 +171,77 @@ def test_launch_computes_an_elementwise_kernel_over_many_blocks():
     n = 10 * ops_cuda.BLOCK_SIZE + 7  # a partial last block: threads past the end must not write
     a, b = random_array((n,), seed=1), random_array((n,), seed=2)
     assert_matches(Tensor(a, device="CUDA") * Tensor(b, device="CUDA") + 1, a * b + 1)
+
+
+def test_a_launch_passes_each_pointer_and_remakes_its_arguments_only_when_one_changes():
+    """Without a GPU: the driver's launch function faked, what CUDAProgram hands it (its parameter array made again
+    only for other arguments: an eager op's next launch gets the same allocations back)."""
+    calls = []
+
+    def launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, params, extra) -> int:
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        values = [ctypes.c_uint64.from_address(pointers[i]).value for i in range(3)]
+        calls.append(((grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream, extra), params, values))
+        return 0
+
+    program = object.__new__(ops_cuda.CUDAProgram)
+    program.name, program.function, program.shared_bytes = "E_1000", ctypes.c_void_p(1), 0
+    program._last_launch, program._launch, program._params, program._launch_kernel = None, (), (), launch
+    program.device = type("NoGPU", (), {"activate": lambda self: None})()
+    for handles in ((11, 22, 33), (11, 22, 33), (11, 44, 33)):
+        assert program(*handles, global_size=(1000,), local_size=None) is None
+    assert [values for _, _, values in calls] == [[11, 22, 33], [11, 22, 33], [11, 44, 33]]
+    assert calls[0][0] == (4, 1, 1, ops_cuda.BLOCK_SIZE, 1, 1, 0, None, None)  # 1000 threads in blocks of 256
+    assert calls[1][1] is calls[0][1] and calls[2][1] is not calls[0][1]
+    program.device = None  # (its __del__ unloads nothing)
+
+
+@needs_nvrtc
+def test_nvrtc_minimal_gives_the_same_cubins_and_an_nvrtc_without_it_compiles_all_the_same(monkeypatch):
+    """--minimal (NVRTC 12.4+) drops the runtime API's declarations, which no kernel uses: the same binary for an
+    elementwise kernel, a block's shared reduction and a tensor-core (wgmma) product; an NVRTC that rejects the
+    option compiles without it."""
+    hopper = CUDARenderer()
+    hopper.tile_configs = HOPPER_CONFIGS
+    x, w = Tensor.empty(64, 3000, device="CPU"), Tensor.empty(512, 512, dtype=dtypes.float16, device="CPU")
+    sources = [get_program(t.schedule()[-1].ast, hopper).src for t in ((x + 1).relu(), x.sum(axis=1))]
+    sources.append(get_program((w @ w).relu().schedule()[-1].ast, hopper, (Opt("TC", 0, 0),)).src)  # wgmma's tiles
+    compiler = ops_cuda.NVRTCCompiler("sm_90")
+    assert "--minimal" in compiler.options  # (the NVRTC the tests install is 13.x)
+    plain = ops_cuda.NVRTCCompiler("sm_90")
+    plain.options = [o for o in plain.options if o != "--minimal"]
+    assert "wgmma." in sources[2] and [compiler.compile(s) for s in sources] == [plain.compile(s) for s in sources]
+    rejecting = ops_cuda.NVRTCCompiler("sm_90")
+    monkeypatch.setattr(ops_cuda, "libnvrtc", lambda real=ops_cuda.libnvrtc(): _RejectsMinimal(real))
+    assert rejecting.compile(sources[0]) == plain.compile(sources[0]) and "--minimal" not in rejecting.options
+
+
+class _RejectsMinimal:
+    """NVRTC as one older than 12.4 answers: NVRTC_ERROR_INVALID_OPTION for --minimal."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+    def nvrtcCompileProgram(self, program, count, options):
+        if b"--minimal" in [options[i] for i in range(count)]:
+            return ops_cuda.NVRTC_ERROR_INVALID_OPTION
+        return self.real.nvrtcCompileProgram(program, count, options)
+
+
+@needs_gpu
+def test_eager_ops_on_reused_and_new_allocations_each_compute_their_own_values():
+    a = Tensor(np.arange(10, dtype=np.float32), device="CUDA").realize()
+    kept = []
+    for i in range(6):  # a result dropped gives its allocation to the next; a result kept makes the next one new
+        out = (a + Tensor(np.full(10, i, np.float32), device="CUDA")).realize()  # (one kernel, launched each time)
+        np.testing.assert_array_equal(out.numpy(), np.arange(10, dtype=np.float32) + i)
+        if i % 2:
+            kept.append((i, out))
+    for i, out in kept:
+        np.testing.assert_array_equal(out.numpy(), np.arange(10, dtype=np.float32) + i)
 
 
 @needs_gpu

@@ -162,3 +162,23 @@ def test_a_plan_lets_go_of_kernels_the_kernel_cache_forgets(device, monkeypatch)
     np.testing.assert_allclose((a + 1.5).realize().numpy(), x + 1.5, rtol=1e-6)  # a new plan, compiled again
     (now,) = plans_of(lambda: a + 1.5)
     assert now is not first and not now.stale
+
+
+@pytest.mark.parametrize("debug", [0, 2])
+def test_a_hit_counts_its_kernels_and_debug_2_numbers_each_line(debug, capsys):
+    """GlobalCounters count every kernel a plan runs (once per run, or one by one under DEBUG=2, whose line for a
+    kernel shows the count with it)."""
+    from glassgrad import GlobalCounters
+
+    a, b = Tensor(floats(64, 33)).realize(), Tensor(floats(64, 33)).realize()
+    with Context(DEBUG=debug):
+        for _ in range(3):  # a miss, then hits of the same plan
+            GlobalCounters.reset()
+            before = GlobalCounters.kernel_count
+            out = ((a + b).sum(axis=0) * (a - b).max(axis=1).sum()).realize()
+            x, y = a.numpy(), b.numpy()
+            np.testing.assert_allclose(out.numpy(), (x + y).sum(0) * (x - y).max(1).sum(), rtol=1e-4, atol=1e-4)
+            ran = GlobalCounters.kernel_count - before
+            assert ran >= 2 and GlobalCounters.global_ops > 0
+            lines = [line.split()[2] for line in capsys.readouterr().out.splitlines() if line.startswith("*** ")]
+            assert lines == ([str(before + i + 1) for i in range(ran)] if debug else [])

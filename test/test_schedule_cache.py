@@ -37,6 +37,18 @@ def test_shape_keys_tell_graphs_apart_as_normalize_does():
     assert key(a.uop.cast(dtypes.float16)) != key(b.uop.cast(dtypes.bfloat16))
 
 
+def test_buffers_key_by_dtype_size_and_device_each_time():
+    """A buffer's part of the key (kept on its node after the first walk) names its dtype, size and device."""
+    a, same = Tensor.ones(4, 3).contiguous().realize(), Tensor.zeros(4, 3).contiguous().realize()
+    others = [Tensor.ones(4, 3, dtype=dtypes.int32).contiguous().realize(), Tensor.ones(5, 3).contiguous().realize(),
+              Tensor.ones(4, 3, device="PYTHON").contiguous().realize()]  # fmt: skip
+    for _ in range(2):  # the second time from the parts kept on the nodes
+        assert cache.shape_key(a.uop) == cache.shape_key(same.uop)
+        assert cache.shape_key((a + same).uop) == cache.shape_key((same + a).uop) != cache.shape_key((a + a).uop)
+        keys = [cache.shape_key(t.uop) for t in (a, *others)]
+        assert len(set(keys)) == len(keys)
+
+
 def test_a_hit_names_the_callers_buffers_and_makes_new_ones():
     rng = np.random.default_rng(1)
     a, b, c = (Tensor(rng.standard_normal((5, 5)).astype(np.float32)).realize() for _ in range(3))

@@ -38,12 +38,12 @@ from glassgrad.engine.schedule_cache import (
     renamed,
 )
 from glassgrad.engine.threads import one_thread_at_a_time
-from glassgrad.helpers import KeyedRef
+from glassgrad.helpers import DEBUG, KeyedRef
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.schedule.symbolic_shapes import bound_values
 from glassgrad.uop.check import CheckFailed
 from glassgrad.uop.multi import lower_multi
-from glassgrad.uop.ops import Ops, UOp, new_buffer
+from glassgrad.uop.ops import Ops, UOp, new_buffer, several_devices
 
 if TYPE_CHECKING:
     from glassgrad.tensor import Tensor
@@ -196,6 +196,7 @@ def become(mapping: dict[UOp, UOp]) -> None:
 
 
 _NOT_ENTERED = (Ops.BUFFER, Ops.KERNEL)
+_NOTHING: frozenset[UOp] = frozenset()
 
 
 def intermediates(made: dict[UOp, UOp], tensors: Sequence[Tensor]) -> set[UOp]:
@@ -283,7 +284,8 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     """Run every kernel the tensors need (and the lazy readers of what their assigns overwrite, first); afterwards
     each is backed by a buffer."""
     start, before = time.perf_counter(), GlobalCounters.kernel_count
-    tensors = (*tensors, *readers_of_overwritten(tensors))
+    if _assigning:  # (an assign may be pending: its readers are realized first)
+        tensors = (*tensors, *readers_of_overwritten(tensors))
     template, order = cached_template(_current_roots(tensors))
     # the values of the Variables bound in the graph (its kernels take them), read where the template says sizes bind
     var_vals = bound_values([order[i] for i in template.symbolic]) if template.symbolic else {}
@@ -291,7 +293,8 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
         _run_realized(tensors, template, order, var_vals)
     else:
         _run_scheduled(tensors, _scheduled(tensors, renamed(template, order)), var_vals)
-    timed_realize_summary(start, before)
+    if DEBUG.value:
+        timed_realize_summary(start, before)
 
 
 @one_thread_at_a_time
@@ -304,11 +307,13 @@ def schedule_tensors(tensors: Sequence[Tensor]) -> Scheduled:
 def _current_roots(tensors: Sequence[Tensor]) -> list[UOp]:
     """The tensors' graphs as they stand now (each tensor pointed at its own)."""
     for t in tensors:
-        if (now := t._current_uop()) is not t.uop:
+        if (now := current(t.uop)) is not t.uop:
             t._set_uop(now)
         if (lowered := lower_multi(t.uop)) is not t.uop:  # ops on several devices: a graph per device
             replaced[t.uop] = lowered
             t._set_uop(lowered)
+    if not several_devices["seen"]:  # (no MULTI anywhere: a shard per tensor)
+        return [t.uop for t in tensors]
     return [shard for t in tensors for shard in _shards(t.uop)]
 
 
@@ -327,6 +332,8 @@ def _shards(node: UOp) -> tuple[UOp, ...]:
 
 def _regrouped(tensors: Sequence[Tensor], roots: list[UOp]) -> list[UOp]:
     """The tensors' nodes over `roots`, the new nodes of their shards in order."""
+    if not several_devices["seen"]:  # (no MULTI anywhere: each tensor's node is its root)
+        return roots
     out, at = [], 0
     for t in tensors:
         shards = _shards(t.uop)
@@ -369,7 +376,7 @@ def _run_realized(tensors: Sequence[Tensor], template: Template, order: list[UOp
     now = realized_now(template, order)
     for t, root in zip(tensors, _regrouped(tensors, now.roots)):
         t._set_uop(root)
-    unused = set()
+    unused: set[UOp] = _NOTHING
     if len(now.finals) > 1:  # (one buffer shares with none: an eager op's realize skips this)
         made = set(now.made.values())
         unused = intermediates({node: final.base for node, final in now.finals.items() if final.base.op is Ops.BUFFER

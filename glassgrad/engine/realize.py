@@ -18,48 +18,40 @@ from glassgrad.engine.compile_progress import CompileProgress
 from glassgrad.engine.debug import copy_ran, kernel_ran
 from glassgrad.engine.memory import plan_memory
 from glassgrad.engine.threads import captures
-from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32, KeyedRef
+from glassgrad.helpers import BEAM, DEBUG, NOOPT, TF32
 from glassgrad.runtime.counters import GlobalCounters
 from glassgrad.runtime.device import Buffer, Device, Program
 from glassgrad.schedule import ScheduleItem
-from glassgrad.uop.ops import Ops, UOp
+from glassgrad.uop.ops import Ops, UOp, live_nodes
 from glassgrad.uop.variable import UnboundVariableError
 
 # The memory behind each BUFFER node lives exactly as long as the node does: it is kept on the node (a hot path's
-# lookup), and listed here by the node's id for TinyJit, which asks which buffers are held (a plain dict and one
-# callback: a WeakKeyDictionary's set is Python code and a new weak reference, for every buffer an eager op makes).
-# The weak reference is kept here, not on the node: the garbage collector calls back no reference that dies with it.
-_buffers: dict[int, tuple[KeyedRef, Buffer]] = {}
-
-
-def _dropped(ref: KeyedRef) -> None:
-    if (entry := _buffers.get(ref.key)) is not None and entry[0] is ref:
-        del _buffers[ref.key]
-
-
-def _hold(node: UOp, buffer: Buffer) -> Buffer:
-    ref = KeyedRef(node, _dropped)
-    ref.key = id(node)
-    _buffers[ref.key] = (ref, buffer)
-    node.__dict__["_buffer"] = buffer
-    return buffer
+# lookup, and nothing else to set up or tear down per buffer; TinyJit asks which buffers are held by a walk over the
+# live nodes, once per capture).
 
 
 def held_buffers() -> list[Buffer]:
     """The Buffers of the BUFFER nodes alive now."""
-    return [buffer for _, buffer in list(_buffers.values())]
+    return [
+        found for node in live_nodes() if node.op is Ops.BUFFER and (found := node.__dict__.get("_buffer")) is not None
+    ]
 
 
 def share_buffer(alias: UOp, node: UOp) -> None:
     """Make the BUFFER node `alias` name the same memory as `node` (a new name for a buffer an assign changed)."""
-    _hold(alias, buffer_of(node))
+    alias.__dict__["_buffer"] = buffer_of(node)
 
 
 def buffer_of(node: UOp) -> Buffer:
     """The Buffer of a BUFFER node (allocated lazily)."""
     if (found := node.__dict__.get("_buffer")) is None:
-        found = _hold(node, Buffer(node.device, node.arg, node.dtype))
+        found = node.__dict__["_buffer"] = Buffer(node.device, node.arg, node.dtype)
     return found
+
+
+def handles_of(bufs: Sequence[Buffer]) -> list:
+    """The buffers' device handles (each allocated now if it was not)."""
+    return [b._handle or b.handle for b in bufs]  # (an allocated buffer's own handle: no property call)
 
 
 class CompiledKernel:
@@ -70,8 +62,11 @@ class CompiledKernel:
         self.plans: weakref.WeakSet[RunPlan] = weakref.WeakSet()  # the run plans that call it
 
     def __call__(self, bufs: list[Buffer], wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
+        return self.launch(handles_of(bufs), wait, var_vals)
+
+    def launch(self, handles: list, wait: bool, var_vals: dict[UOp, int] | None = None) -> float | None:
+        """Run on these buffers' handles (handles_of); the seconds it took where `wait`."""
         spec = self.spec
-        handles = [b.handle for b in bufs]
         if not spec.vars:  # a Program of a device registered before Variables (its __call__ without `vals`) runs
             # every kernel without them as it did
             return self.program(*handles, global_size=spec.global_size, local_size=spec.local_size, wait=wait)
@@ -241,12 +236,22 @@ def run_step(runner: CompiledKernel | Runner, bufs: list[Buffer], var_vals: dict
         runner(bufs, wait=DEBUG.value >= 2)
         return
     seconds = runner(bufs, DEBUG.value >= 2, var_vals)  # (a buffer is allocated when its handle is read)
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += runner.spec.ops
-    GlobalCounters.global_mem += runner.spec.mem
+    _count(1, runner.spec.ops, runner.spec.mem)
     if seconds is not None:
-        GlobalCounters.time_sum_s += seconds
-        kernel_ran(runner.device, runner.spec, seconds)
+        _timed(runner, seconds)
+
+
+def _count(kernels: int, ops: int, mem: int) -> None:
+    """Add kernels that ran to the counters."""
+    GlobalCounters.kernel_count += kernels
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+
+
+def _timed(kernel: CompiledKernel, seconds: float) -> None:
+    """A timed run's seconds (DEBUG=2) added to the counters and shown."""
+    GlobalCounters.time_sum_s += seconds
+    kernel_ran(kernel.device, kernel.spec, seconds)
 
 
 def lower_item(item: ScheduleItem, bufs: list[Buffer] | None = None, var_vals: dict[UOp, int] | None = None
@@ -301,11 +306,13 @@ class RunPlan:
             slots = [at[b] for b in item.bufs]
             if isinstance(runner, CompiledKernel) and runner.spec.checks:
                 slots.append(len(nodes) + self._fixed(error_buffer(runner.device)))
-            steps.append((runner, tuple(slots)))
-        self.steps: tuple[tuple[CompiledKernel | CopyRunner, tuple[int, ...]], ...] = tuple(steps)
-        kernels = [r for r, _ in steps if isinstance(r, CompiledKernel)]
+            steps.append((runner, tuple(slots), isinstance(runner, CompiledKernel)))
+        # each step: what runs, its buffers' positions, whether it is a kernel (counted, timed under DEBUG=2)
+        self.steps: tuple[tuple[CompiledKernel | CopyRunner, tuple[int, ...], bool], ...] = tuple(steps)
+        self.kernels = kernels = [r for r, _, kernel in steps if kernel]
         self.binding = [k for k in kernels if k.spec.vars]  # the kernels that take Variables
         self.checking = [k for k in kernels if k.spec.checks]
+        self.counts = (len(kernels), sum(k.spec.ops for k in kernels), sum(k.spec.mem for k in kernels))
         self.keys = [_kernel_key(k.device, item.ast, self.flags) for k, item in zip(kernels, _kernel_items(work))]
         self.stale = False  # the kernel cache forgot a kernel of it: made again at its next use (plan_for)
         for kernel in kernels:
@@ -313,7 +320,7 @@ class RunPlan:
 
     def drop(self) -> None:
         """Let go of the kernels (the kernel cache forgot one: it must be unloadable); plan_for makes a new plan."""
-        self.stale, self.steps, self.binding, self.checking = True, (), [], []
+        self.stale, self.steps, self.kernels, self.binding, self.checking = True, (), [], [], []
 
     def _fixed(self, buffer: Buffer) -> int:
         if buffer not in self.fixed:
@@ -326,26 +333,35 @@ class RunPlan:
         var_vals = var_vals or {}
         for kernel in self.binding:
             check_bound(kernel, var_vals)
-        buffers = [buffer_of(node) for node in nodes]
+        buffers = list(map(buffer_of, nodes))  # (map: on Python 3.11 a comprehension is a function made and called)
         buffers += self.fixed
         for i in self.empty:
             buffers[i].ensure_allocated()
         if intermediates:
             planned = {id(buffer_of(node)) for node in intermediates}
-            steps = [ExecItem(runner, [buffers[i] for i in slots]) for runner, slots in self.steps]
+            steps = [ExecItem(runner, [buffers[i] for i in slots]) for runner, slots, _ in self.steps]
             plan_memory(steps, kept=lambda b: id(b) not in planned)
-        capturing = captures()  # the TinyJit captures running in this thread
+        capturing, wait = captures(), DEBUG.value >= 2  # (the TinyJit captures running in this thread)
         try:
-            for runner, slots in self.steps:
-                bufs = [buffers[i] for i in slots]
-                run_step(runner, bufs, var_vals)
+            for runner, slots, kernel in self.steps:
+                if kernel:  # (its buffers' handles as handles_of reads them, in one pass)
+                    handles = [(b := buffers[i])._handle or b.handle for i in slots]
+                    seconds = runner.launch(handles, wait, var_vals)
+                    if wait:  # DEBUG=2: counted one by one, so that its line numbers it
+                        _count(1, runner.spec.ops, runner.spec.mem)
+                        if seconds is not None:
+                            _timed(runner, seconds)
+                else:  # a copy
+                    runner([buffers[i] for i in slots], wait)
                 if capturing:
-                    recorded = ExecItem(runner, bufs, _own_values(runner, var_vals))
+                    recorded = ExecItem(runner, [buffers[i] for i in slots], _own_values(runner, var_vals))
                     for captured in capturing:
                         captured.append(recorded)
         finally:  # also when a kernel failed to run: a check's record must not outlive the run that made it
             if self.checking:
                 raise_failed_checks(self.checking)
+        if not wait:
+            _count(*self.counts)
 
 
 def _kernel_items(items: list[ScheduleItem]) -> list[ScheduleItem]:

@@ -129,12 +129,7 @@ def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
     position: dict[UOp, int] = {}  # (-1: met, not yet placed)
     parts: list = []
     for root in roots:
-        if root in position:
-            continue
-        if root.op is Ops.BUFFER or not root.src:
-            _place(root, order, position, parts)
-        else:
-            position[root] = -1
+        if root not in position:
             _walk_from(root, order, position, parts)
     parts.append(tuple([position[r] for r in roots]))
     return order, tuple(parts)
@@ -142,32 +137,43 @@ def walk_with_key(roots: tuple[UOp, ...]) -> tuple[list[UOp], tuple]:
 
 def _walk_from(root: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
     """walk_with_key's depth-first pass from one root: a leaf is placed as it is met, without a turn on the stack
-    (most of an eager op's graph is leaves)."""
+    (most of an eager op's graph is leaves), its part kept on it (a buffer's recurs in every graph that reads it)."""
+    if root.op is Ops.BUFFER or not root.src:
+        position[root] = len(order)
+        order.append(root)
+        parts.append(_leaf_part(root))
+        return
     stack = [(root, iter(root.src))]
+    position[root] = -1
     while stack:
         node, sources = stack[-1]
         for s in sources:
             if s not in position:
                 if s.op is Ops.BUFFER or not s.src:
-                    _place(s, order, position, parts)
+                    position[s] = len(order)
+                    order.append(s)
+                    parts.append(s.__dict__.get("_part") or _leaf_part(s))
                     continue
                 position[s] = -1
                 stack.append((s, iter(s.src)))
                 break
         else:
             stack.pop()
-            _place(node, order, position, parts)
+            position[node] = len(order)
+            order.append(node)
+            # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
+            parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
 
 
-def _place(node: UOp, order: list[UOp], position: dict[UOp, int], parts: list) -> None:
-    position[node] = len(order)
-    order.append(node)
+def _leaf_part(node: UOp) -> tuple | None:
+    """A leaf's part of the key (every UNIQUE alike; a BUFFER by its dtype, size and device), kept on the node."""
     if node.op is Ops.UNIQUE:
-        parts.append(None)
-    elif node.op is Ops.BUFFER:
-        parts.append((Ops.BUFFER, node._key[1], node.arg, node.src[1].arg))
-    else:  # _key: the dtype and arg as interning compares them (0.0 and -0.0 apart), hashed in C
-        parts.append((node.op, node._key[1], node._key[3], tuple([position[s] for s in node.src])))
+        return None
+    if node.op is Ops.BUFFER:
+        part = node.__dict__["_part"] = (Ops.BUFFER, node._key[1], node.arg, node.src[1].arg)
+    else:
+        part = node.__dict__["_part"] = (node.op, node._key[1], node._key[3], ())
+    return part
 
 
 def _template(order: list[UOp], graph: tuple[UOp, ...]) -> Template:

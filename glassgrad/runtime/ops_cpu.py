@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import functools
 import mmap
+import operator
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import time
 from glassgrad.renderer.cstyle import CRenderer
 from glassgrad.runtime.cpu_threads import CThreads
 from glassgrad.runtime.device import Allocator, Compiled, Compiler, Program
-from glassgrad.runtime.out_of_memory import check_host_memory
+from glassgrad.runtime.out_of_memory import CHECKED_FROM, check_host_memory
 
 ALIGN = 64  # bytes: room for the widest vector loads
 HUGE_PAGE = 2 << 20  # buffers this large are mapped on their own and asked for 2 MiB pages: a 64 MiB row sum reads
@@ -26,6 +27,7 @@ HUGE_PAGE = 2 << 20  # buffers this large are mapped on their own and asked for 
 
 REUSE_MIN_BYTES = 1 << 20  # freed buffers this large are kept for the next of their size:
 REUSE_MAX_BYTES = 256 << 20  # a new one costs a pass of page faults and zeroing (16 MiB: ~7 ms, a tenth of a matmul)
+PLAIN_BELOW = min(REUSE_MIN_BYTES, CHECKED_FROM, HUGE_PAGE)  # smaller buffers are a plain ctypes array each
 
 
 class CPUAllocator(Allocator):
@@ -39,13 +41,14 @@ class CPUAllocator(Allocator):
         self.lock = threading.Lock()  # a buffer is freed by whichever thread drops it last, while another allocates
 
     def alloc(self, nbytes: int) -> tuple[ctypes.Array, int]:
-        with self.lock:
-            if self.freed.get(nbytes):
-                self.freed_bytes -= nbytes
-                return self.freed[nbytes].pop()
-        check_host_memory(nbytes)  # mapped anyway, its pages would get the process killed when touched
-        if nbytes >= HUGE_PAGE:
-            return huge_page_buffer(nbytes)
+        if nbytes >= PLAIN_BELOW:  # (smaller ones are never kept, checked or mapped: an eager op's skips all three)
+            with self.lock:
+                if self.freed.get(nbytes):
+                    self.freed_bytes -= nbytes
+                    return self.freed[nbytes].pop()
+            check_host_memory(nbytes)  # mapped anyway, its pages would get the process killed when touched
+            if nbytes >= HUGE_PAGE:
+                return huge_page_buffer(nbytes)
         raw = (ctypes.c_uint8 * (nbytes + ALIGN))()
         address = ctypes.addressof(raw)
         return raw, address + (-address % ALIGN)
@@ -152,6 +155,7 @@ class CCompiler(Compiler):
                 return f.read()
 
 
+_address = operator.itemgetter(1)  # a buffer's address, of its handle (array, address)
 THREADS = int(os.environ.get("NUM_CPU_THREADS") or os.cpu_count() or 1)
 THREADING_THRESHOLD_S = 100e-6  # kernels faster than this on one core don't repay waking the other threads
 
@@ -185,9 +189,9 @@ class CPUProgram(Program):
             self.fn.argtypes = ([ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
                                 + [ctypes.c_longlong] * (2 * (global_size is not None)))  # fmt: skip
         if global_size is None:  # no loop to split: the kernel takes its buffers and its Variables' values
-            self.fn(*[b[1] for b in bufs], *vals)
+            self.fn(*map(_address, bufs), *vals)
         elif self.single_thread_seconds < THREADING_THRESHOLD_S or THREADS < 2:
-            self.fn(*[b[1] for b in bufs], *vals, 0, global_size[0])
+            self.fn(*map(_address, bufs), *vals, 0, global_size[0])
             # the faster of its last two runs on one core decides: a first run is slow for reasons of its own (cold
             # caches, fresh pages), and a tiny kernel sent to the pool by it would pay the threads' wake-up each run
             seconds = time.perf_counter() - start

@@ -121,6 +121,10 @@ def init_driver() -> int:
     lib.cuMemcpyPeer.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    # every launch: declared, ctypes converts each argument without guessing its type
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_void_p]  # fmt: skip
     code = lib.cuInit(0)
     if code != 0:
         raise CUDAUnavailable(f"CUDA is unavailable: the driver found no usable GPU (cuInit: {_driver_error(code)})")
@@ -206,16 +210,23 @@ class CUDAAllocator(Allocator):
         return True
 
 
+MINIMAL_FROM = (12, 4)  # the NVRTC that has --minimal
+NVRTC_ERROR_INVALID_OPTION = 5
+
+
 class NVRTCCompiler(Compiler):
     """CUDA C -> a cubin for one compute capability, through NVRTC."""
 
     def __init__(self, arch: str):
         self.arch = arch
-        # --fmad=false: no fused multiply-adds, so every op rounds as written (as the CPU's -ffp-contract=off);
-        # functions without __device__ (the renderer's helpers) are device functions
-        self.options = [f"--gpu-architecture={arch}", "--fmad=false", "--device-as-default-execution-space"]
         major, minor = ctypes.c_int(), ctypes.c_int()
         _nvrtc_check(libnvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+        # --fmad=false: no fused multiply-adds, so every op rounds as written (as the CPU's -ffp-contract=off);
+        # functions without __device__ (the renderer's helpers) are device functions; --minimal (NVRTC 12.4+): none
+        # of the runtime API's declarations (textures, device-side launches), which no kernel uses: the same cubins
+        # (all 130 of the mnist step's), 11% less compile time (bench/nvrtc_compile.py)
+        minimal = ["--minimal"] if (major.value, minor.value) >= MINIMAL_FROM else []
+        self.options = [f"--gpu-architecture={arch}", "--fmad=false", "--device-as-default-execution-space", *minimal]
         self.cache_key = f"nvrtc {major.value}.{minor.value} {' '.join(self.options)}"
 
     def options_for(self, src: str) -> list[str]:
@@ -233,6 +244,9 @@ class NVRTCCompiler(Compiler):
             opts = self.options_for(src)
             options = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
             code = lib.nvrtcCompileProgram(program, len(opts), options)
+            if code == NVRTC_ERROR_INVALID_OPTION and "--minimal" in self.options:  # an NVRTC that lacks it after all
+                self.options = [o for o in self.options if o != "--minimal"]
+                return self.compile(src)
             _nvrtc_check(code, "nvrtc compiling a kernel", f"{self._log(program)}\n--- source ---\n{src}")
             size = ctypes.c_size_t()
             _nvrtc_check(lib.nvrtcGetCUBINSize(program, ctypes.byref(size)), "nvrtcGetCUBINSize")
@@ -280,6 +294,8 @@ class CUDAProgram(Program):
         self.shared_bytes = self._dynamic_shared_bytes()
         self._last_launch: tuple | None = None  # the arguments of the last launch, and what it passed the driver
         self._launch: tuple = ()
+        self._params: tuple = ()  # (the arrays the launch's arguments point into, kept alive while used)
+        self._launch_kernel = libcuda().cuLaunchKernel
         if self.shared_bytes:  # beyond 48 KB a kernel must ask for it
             cu("cuFuncSetAttribute", self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
 
@@ -297,12 +313,16 @@ class CUDAProgram(Program):
                  ) -> float | None:  # fmt: skip
         if (launch := (bufs, vals, global_size, local_size)) != self._last_launch:  # made again only when they
             # change: an eager op's next call gets the same allocations back from the allocator's kept ones
-            params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
-            self._last_launch, self._launch = launch, (*launch_dims(global_size, local_size), params)
-        grid, block, (_, params) = self._launch  # (the driver copies the arguments at the launch)
+            self._params = kernel_params((*bufs, *vals))  # an int parameter reads the low half of its 8 bytes
+            grid, block = launch_dims(global_size, local_size)  # (the driver copies the arguments at the launch)
+            self._last_launch = launch
+            self._launch = (self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, self._params[1], None)
         self.device.activate()
-        with EventTimer(wait) as timer:
-            cu("cuLaunchKernel", self.function, grid, 1, 1, block, 1, 1, self.shared_bytes, None, params, None)
+        if not wait:  # (no timer made: every eager op's launch)
+            check(self._launch_kernel(*self._launch), "cuLaunchKernel")
+            return None
+        with EventTimer(True) as timer:
+            check(self._launch_kernel(*self._launch), "cuLaunchKernel")
         return timer.seconds
 
     def __del__(self):
@@ -347,6 +367,7 @@ class CudaDevice(Compiled):
         self.handle, self.context = ctypes.c_int(), ctypes.c_void_p()
         cu("cuDeviceGet", ctypes.byref(self.handle), self.index)
         cu("cuDevicePrimaryCtxRetain", ctypes.byref(self.context), self.handle)
+        self._set_current = libcuda().cuCtxSetCurrent  # (activate runs before every launch: no lookup by name)
         self.activate()
         major, minor = (self.attribute(a) for a in (75, 76))  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR
         self.arch = f"sm_{major}{minor}"
@@ -372,7 +393,8 @@ class CudaDevice(Compiled):
 
     def activate(self) -> None:
         """Make this device's context current in the calling thread (driver calls act on the current context)."""
-        cu("cuCtxSetCurrent", self.context)
+        if code := self._set_current(self.context):
+            check(code, "cuCtxSetCurrent")
 
     def synchronize(self) -> None:
         self.activate()

@@ -45,6 +45,11 @@ def _forget(ref: KeyedRef) -> None:
         del _interned[ref.key]
 
 
+def live_nodes() -> list[UOp]:
+    """Every node alive now (a walk over all of them: for a question asked rarely, such as TinyJit's at a capture)."""
+    return [node for ref in list(_interned.values()) if (node := ref()) is not None]
+
+
 # (op, dtype, src, arg) -> the live node. A plain dict of weak references rather than a WeakValueDictionary, whose
 # get and set are Python functions: building a node is the hottest path there is (about 2 us -> 0.8 us a new node).
 _interned: dict[tuple, KeyedRef] = {}
