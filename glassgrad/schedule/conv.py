@@ -33,18 +33,25 @@ MIN_REDUCED_AXES = 2  # a weight that varies along this many reduced axes (C_in 
 MIN_REUSE = 64  # products per weight element: fewer do not repay copying the weight
 
 
-def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
-    """The MUL a float sum reduces (on a renderer that buffers windows), and the permutation between the MUL's axes
-    and the sum's."""
+def sum_of_product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
+    """The MUL a sum reduces (under a PERMUTE or not), and the permutation between the MUL's axes and the sum's;
+    None under NOOPT."""
     src = reduce.src[0]
     order = tuple(range(len(src.shape)))
     if src.op is Ops.PERMUTE:
         src, order = src.src[0], src.arg
-    if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD or reduce.dtype not in WINDOW_DTYPES:
-        return None
-    if (renderer := renderer_of(reduce)) is None or not renderer.buffers_windows:
+    if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD:
         return None
     return src, order
+
+
+def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
+    """The MUL a float sum reduces (on a renderer that buffers windows), and the permutation between the MUL's axes
+    and the sum's."""
+    if reduce.dtype not in WINDOW_DTYPES or (found := sum_of_product(reduce)) is None:
+        return None
+    renderer = renderer_of(reduce)
+    return found if renderer is not None and renderer.buffers_windows else None
 
 
 def _with_operands(reduce: UOp, mul: UOp, order: tuple[int, ...], operands: tuple[UOp, ...]) -> UOp:
@@ -77,16 +84,16 @@ def buffer_padded_windows(reduce: UOp) -> UOp | None:
     # window's own chain reads it: the other operand may hold the same PAD below a buffer made of it already (a
     # weight gradient's output gradient comes from the forward pass, whose convolution read the padded input's
     # buffer), and a buffer of that buffer would make the forward pass a second time
-    operands = (s if pad is None else _in_chain(s, pad, UOp(Ops.CONTIGUOUS, pad.dtype, (pad,)))
+    operands = (s if pad is None else in_chain(s, pad, UOp(Ops.CONTIGUOUS, pad.dtype, (pad,)))
                 for s, pad in zip(mul.src, pads))  # fmt: skip
     return _with_operands(reduce, mul, order, tuple(operands))
 
 
-def _in_chain(x: UOp, old: UOp, new: UOp) -> UOp:
+def in_chain(x: UOp, old: UOp, new: UOp) -> UOp:
     """The movement chain x with `old` (a node of the chain) replaced by `new`."""
     if x is old:
         return new
-    return x.replace(src=(_in_chain(x.src[0], old, new), *x.src[1:]))
+    return x.replace(src=(in_chain(x.src[0], old, new), *x.src[1:]))
 
 
 def _strides(x: UOp) -> tuple[int, ...] | None:
