@@ -111,26 +111,56 @@ def _product(reduce: UOp) -> UOp | None:
     return x.replace(src=tuple(operands))
 
 
+def _layout(operand: UOp) -> tuple[int, ...] | None:
+    """The operand's strides over the memory it reads (through its movement chain, under its cast), where one view
+    holds them."""
+    views = chain_view(operand.src[0] if operand.op is Ops.CAST else operand).views
+    return views[0].strides if len(views) == 1 else None
+
+
+def _copied_fast(operand: UOp, axes: list[int], reduced: set[int], own: set[int]) -> bool:
+    """Whether a tiled product, summing in the order `axes`, copies the operand's tile 16 bytes at a time: chunks
+    side by side along the innermost of its k (the reduced axes) or of its rows (the output axes only it reads), or
+    plain strides along both. Not where one view does not hold its layout (a strided window's: it may cross rows)."""
+    if (strides := _layout(operand)) is None:
+        return False
+    shape, lanes = operand.shape, 16 // (operand.src[0] if operand.op is Ops.CAST else operand).dtype.itemsize
+    k = [a for a in axes if a in reduced and shape[a] > 1]
+    rows = [a for a in axes if a in own and shape[a] > 1]
+    if any(group and strides[group[-1]] == 1 and shape[group[-1]] % lanes == 0 for group in (k, rows)):
+        return True
+    merges = lambda group: all(strides[a] == strides[b] * shape[b] for a, b in zip(group, group[1:]))  # noqa: E731
+    return merges(k) and merges(rows)
+
+
 def channels_last_operands(reduce: UOp) -> UOp | None:
-    """A convolution's sum reading its operands channels-last, its channels the innermost of their axes (see the
-    module's docstring)."""
+    """A convolution's sum reading an operand channels-last where that copies it 16 bytes at a time and as it lies
+    does not, its channels the innermost of their axes (see the module's docstring)."""
     if len(reduce.arg[1]) < MIN_REDUCED_AXES or (mul := _product(reduce)) is None:
         return None
     if (renderer := renderer_of(reduce)) is None:
         return None
     shape, reduced = mul.shape, set(reduce.arg[1])
     reads = [{a for a in range(len(shape)) if shape[a] > 1 and _reads(s, a)} for s in mul.src]
+    own = [reads[0] - reads[1] - reduced, reads[1] - reads[0] - reduced]
     batch = {a for a in range(len(shape)) if a not in reduced and all(a in r for r in reads)}
-    operands, axes = list(mul.src), list(range(len(shape)))
+    axes = list(range(len(shape)))
+    fast = [_copied_fast(s, axes, reduced, own[i]) for i, s in enumerate(mul.src)]
+    if all(fast):
+        return None
+    laid_out: dict[int, tuple[UOp, int]] = {}  # operand -> (channels-last, its channels axis)
     for i, s in enumerate(mul.src):
-        if (base := _base(s)) is None or not renderer.prefers_channels_last(base.dtype):
-            continue
-        if (channels := _channels_axis(s, base, batch)) is None:
-            continue
-        operands[i] = _channels_last(s, base)
-        kind = reduced if channels in reduced else reads[i] - reads[1 - i] - reduced
-        axes = _last_of_kind(axes, channels, kind)
-    if operands == list(mul.src):
+        if (base := _base(s)) is not None and renderer.prefers_channels_last(base.dtype):
+            if (channels := _channels_axis(s, base, batch)) is not None:
+                laid_out[i] = (_channels_last(s, base), channels)
+    for i, (_, channels) in laid_out.items():  # the order the slow ones want
+        if not fast[i]:
+            axes = _last_of_kind(axes, channels, reduced if channels in reduced else own[i])
+    operands = list(mul.src)
+    for i, (operand, _) in laid_out.items():  # in that order, whichever is faster channels-last
+        if not _copied_fast(operands[i], axes, reduced, own[i]) and _copied_fast(operand, axes, reduced, own[i]):
+            operands[i] = operand
+    if sum(_copied_fast(s, axes, reduced, own[i]) for i, s in enumerate(operands)) <= sum(fast):
         return None
     product = mul.replace(src=tuple(operands))
     if axes != sorted(axes):
