@@ -112,8 +112,10 @@ def _product(reduce: UOp) -> UOp | None:
 
 
 def _layout(operand: UOp) -> tuple[int, ...] | None:
-    """The operand's strides over the memory it reads (through its movement chain, under its cast), where one view
-    holds them."""
+    """The operand's strides over the tensor its chain reads (its base's elements row-major, the padded input's
+    where it pads), where one view holds them."""
+    if (base := _base(operand)) is not None:
+        return _strides(operand, base)
     views = chain_view(operand.src[0] if operand.op is Ops.CAST else operand).views
     return views[0].strides if len(views) == 1 else None
 
