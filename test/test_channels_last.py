@@ -58,6 +58,19 @@ def _convolution(x_shape, w_shape, kwargs, dtype=BF16) -> tuple[Tensor, Tensor, 
     return y, x.grad, w.grad
 
 
+def record_rewrites(monkeypatch) -> list[UOp]:
+    """The sums the scheduler rewrites channels-last from now on (the rule's own table, recording)."""
+    rewritten = []
+
+    def recorded(reduce: UOp) -> UOp | None:
+        if (out := channels_last_operands(reduce)) is not None:
+            rewritten.append(out)
+        return out
+
+    monkeypatch.setattr(kernelize, "channels_last", PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="reduce"), recorded)]))
+    return rewritten
+
+
 def _sum(t: Tensor) -> UOp:
     """The convolution's sum in t's graph (one over several axes)."""
     return next(u for u in t.uop.toposort() if u.op is Ops.REDUCE_AXIS and len(u.arg[1]) > 1)
@@ -164,14 +177,7 @@ def test_results_match_torch_with_the_layout_forced_on(monkeypatch, geometry):
         y.backward(Tensor(g))
         return [y, ox.grad, ow.grad]
 
-    rewritten = []
-
-    def recorded(reduce: UOp) -> UOp | None:
-        if (out := channels_last_operands(reduce)) is not None:
-            rewritten.append(out)
-        return out
-
-    monkeypatch.setattr(kernelize, "channels_last", PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="reduce"), recorded)]))
+    rewritten = record_rewrites(monkeypatch)
     _prefer(monkeypatch, lambda dtype: True)
     got = step()
     Tensor.realize(*got)
