@@ -8,15 +8,18 @@ output's width, which crosses an image row wherever that width is no multiple of
 the stride. Laid out channels-last (N, *S, C) and summed over (kh, kw, c), a chunk is channels of one pixel: side by
 side in memory, the padding's guard the same for every lane.
 
-`channels_last_operands` rewrites a sum of a product whose operands read tensors (N, C, *S) of rank 3 or more through
-movement ops -- the windows over the (padded) input, the weight (C_out, C_in, *k), a weight gradient's output gradient
-(N, C_out, *S), an input gradient's spread output gradient. Such a base, where the sum reads its channels (axis 1)
-along one of its axes (at least MIN_CHANNELS) that is no batch axis of the product, and reads its other axes along no
-batch axis (a batched matmul's operands do), gets a buffer of its own laid out channels-last: the permute goes into the
-CONTIGUOUS that makes it where it is one not made yet (the padded input; an input gradient's spread), else a copy. The
-operand's chain reads that buffer through the permute back. The sum's axes are reordered so that each channels axis is
-the last of its kind (the reduced axes, or the output axes only that operand reads); where output axes move, the sum
-gets a buffer of its own, read back through the inverse permute.
+`channels_last_operands` rewrites a convolution's sum (a sum over several axes at once: channels and kernel offsets,
+or batch and output positions; a matmul's is over one) of a product whose operands read tensors (N, C, *S) of rank 3
+or more through movement ops: the windows over the (padded) input, the weight (C_out, C_in, *k), a weight gradient's
+output gradient (N, C_out, *S), an input gradient's spread output gradient. Where an operand as it lies would be copied
+element by element (no 16-byte chunk along the innermost axis of its k or of its rows, no plain strides), and the sum
+reads its base's channels (axis 1, at least MIN_CHANNELS) along an axis that is no batch axis, the base gets a buffer
+of its own laid out channels-last -- the permute goes into the CONTIGUOUS that makes it where it is one not made yet
+(an input gradient's spread), else a copy (the padded input, shared by the forward sum and the weight gradient) -- and
+the sum's axes are reordered so that the channels are the last of their kind (the reduced axes, or the output axes only
+that operand reads). The other operand gets the same where the new order would leave it element by element (the
+weight). Where output axes move (a weight gradient's), the sum gets a buffer of its own, read back through the inverse
+permute. The rule fires only where fewer operands are copied element by element after than before.
 
     sum_{c,kh,kw} X[n, c, oh+kh, ow+kw] * W[o, c, kh, kw] -> sum_{kh,kw,c} Xl[n, oh+kh, ow+kw, c] * Wl[o, kh, kw, c]
 """
@@ -33,10 +36,15 @@ from glassgrad.uop.view import chain_view
 MIN_CHANNELS = 8  # channels in a chunk of 16 bytes of 16-bit floats: fewer (an RGB image's 3) cross pixels anyway
 
 
+def _uncast(operand: UOp) -> UOp:
+    """The operand under its cast to the product's dtype (a 16-bit operand's float32), where it has one."""
+    return operand.src[0] if operand.op is Ops.CAST else operand
+
+
 def _base(operand: UOp) -> UOp | None:
     """The tensor of rank 3 or more that an operand's movement chain (under a cast) reads: the padded input where the
     chain pads, else the lowest node of the chain's run of such ranks from the top."""
-    x, found = operand.src[0] if operand.op is Ops.CAST else operand, None
+    x, found = _uncast(operand), None
     while (shape := x.shape) is not None and len(shape) >= 3:
         if x.op is Ops.PAD:
             return x
@@ -57,7 +65,7 @@ def _strides(operand: UOp, base: UOp) -> tuple[int, ...] | None:
     """The operand's strides over its base's elements row-major, along the sum's axes; None where one view does not
     hold them."""
     chain = in_chain(operand, base, UOp(Ops.CONTIGUOUS, base.dtype, (base,)))
-    views = chain_view(chain.src[0] if chain.op is Ops.CAST else chain).views
+    views = chain_view(_uncast(chain)).views
     return views[0].strides if len(views) == 1 else None
 
 
@@ -116,7 +124,7 @@ def _layout(operand: UOp) -> tuple[int, ...] | None:
     where it pads), where one view holds them."""
     if (base := _base(operand)) is not None:
         return _strides(operand, base)
-    views = chain_view(operand.src[0] if operand.op is Ops.CAST else operand).views
+    views = chain_view(_uncast(operand)).views
     return views[0].strides if len(views) == 1 else None
 
 
@@ -126,7 +134,7 @@ def _copied_fast(operand: UOp, axes: list[int], reduced: set[int], own: set[int]
     plain strides along both. Not where one view does not hold its layout (a strided window's: it may cross rows)."""
     if (strides := _layout(operand)) is None:
         return False
-    shape, lanes = operand.shape, 16 // (operand.src[0] if operand.op is Ops.CAST else operand).dtype.itemsize
+    shape, lanes = operand.shape, 16 // _uncast(operand).dtype.itemsize
     k = [a for a in axes if a in reduced and shape[a] > 1]
     rows = [a for a in axes if a in own and shape[a] > 1]
     if any(group and strides[group[-1]] == 1 and shape[group[-1]] % lanes == 0 for group in (k, rows)):
@@ -138,9 +146,9 @@ def _copied_fast(operand: UOp, axes: list[int], reduced: set[int], own: set[int]
 def channels_last_operands(reduce: UOp) -> UOp | None:
     """A convolution's sum reading an operand channels-last where that copies it 16 bytes at a time and as it lies
     does not, its channels the innermost of their axes (see the module's docstring)."""
-    if len(reduce.arg[1]) < MIN_REDUCED_AXES or (mul := _product(reduce)) is None:
+    if len(reduce.arg[1]) < MIN_REDUCED_AXES or (renderer := renderer_of(reduce)) is None:
         return None
-    if (renderer := renderer_of(reduce)) is None:
+    if (mul := _product(reduce)) is None or not any(renderer.prefers_channels_last(_uncast(s).dtype) for s in mul.src):
         return None
     shape, reduced = mul.shape, set(reduce.arg[1])
     reads = [{a for a in range(len(shape)) if shape[a] > 1 and _reads(s, a)} for s in mul.src]
@@ -152,7 +160,7 @@ def channels_last_operands(reduce: UOp) -> UOp | None:
         return None
     laid_out: dict[int, tuple[UOp, int]] = {}  # operand -> (channels-last, its channels axis)
     for i, s in enumerate(mul.src):
-        if (base := _base(s)) is not None and renderer.prefers_channels_last(base.dtype):
+        if (base := _base(s)) is not None and renderer.prefers_channels_last(_uncast(s).dtype):
             if (channels := _channels_axis(s, base, batch)) is not None:
                 laid_out[i] = (_channels_last(s, base), channels)
     for i, (_, channels) in laid_out.items():  # the order the slow ones want
@@ -177,7 +185,7 @@ def channels_last_operands(reduce: UOp) -> UOp | None:
 
 def _reads(operand: UOp, axis: int) -> bool:
     """Whether the operand varies along the product's `axis` (it is no broadcast along it)."""
-    return chain_view(operand.src[0] if operand.op is Ops.CAST else operand).views[-1].strides[axis] != 0
+    return chain_view(_uncast(operand)).views[-1].strides[axis] != 0
 
 
 channels_last = PatternMatcher([
