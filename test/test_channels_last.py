@@ -150,39 +150,36 @@ def _linear_weight_gradient() -> UOp:
     return _sum(w.grad)
 
 
-@pytest.mark.parametrize(
-    "geometry",
-    [
-        *GEOMETRIES,
-        "3 input channels",
-        "depthwise",
-    ],
-)
+LAID_OUT = {  # the layout changes: every GEOMETRIES case, and 1-d and 3-d ones
+    **GEOMETRIES,
+    "conv1d, stride 2": ((2, 16, 13), (8, 16, 3), {"padding": 1, "stride": 2}),
+    "conv3d, 6 cubed": ((2, 8, 6, 6, 6), (8, 8, 3, 3, 3), {"padding": 1}),
+}
+KEPT = {  # the forward sum keeps NCHW (its output gradient may still be laid out for the weight's)
+    "3 input channels": ((2, 3, 14, 14), (16, 3, 3, 3), {"padding": 1}),
+    "depthwise": ((2, 16, 14, 14), (16, 1, 3, 3), {"padding": 1, "groups": 16}),
+}
+
+
+@pytest.mark.parametrize("geometry", [*LAID_OUT, *KEPT])
 def test_results_match_torch_with_the_layout_forced_on(monkeypatch, geometry):
     """float32 on the CPU, the preference forced for every dtype: the layout changes, the results do not."""
-    x_shape, w_shape, kwargs = {
-        **GEOMETRIES,
-        "3 input channels": ((2, 3, 14, 14), (16, 3, 3, 3), {"padding": 1}),
-        "depthwise": ((2, 16, 14, 14), (16, 1, 3, 3), {"padding": 1, "groups": 16}),
-    }[geometry]
+    x_shape, w_shape, kwargs = {**LAID_OUT, **KEPT}[geometry]
+    nd = len(x_shape) - 2
+    torch_conv = getattr(F, f"conv{nd}d")
     x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
-    g = rng.standard_normal(F.conv2d(torch.from_numpy(x), torch.from_numpy(w), **kwargs).shape).astype(np.float32)
+    g = rng.standard_normal(torch_conv(torch.from_numpy(x), torch.from_numpy(w), **kwargs).shape).astype(np.float32)
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    F.conv2d(tx, tw, **kwargs).backward(torch.from_numpy(g))
-    expected = F.conv2d(tx, tw, **kwargs).detach(), tx.grad, tw.grad
-
-    def step() -> list:
-        ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
-        y = ox.conv2d(ow, **kwargs)
-        y.backward(Tensor(g))
-        return [y, ox.grad, ow.grad]
-
+    torch_conv(tx, tw, **kwargs).backward(torch.from_numpy(g))
+    expected = torch_conv(tx, tw, **kwargs).detach(), tx.grad, tw.grad
     rewritten = record_rewrites(monkeypatch)
     _prefer(monkeypatch, lambda dtype: True)
-    got = step()
-    Tensor.realize(*got)
-    assert rewritten or geometry not in GEOMETRIES  # the scheduler laid them out
-    for ours, theirs in zip(got, expected, strict=True):
+    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    y = getattr(ox, f"conv{nd}d")(ow, **kwargs)
+    y.backward(Tensor(g))
+    Tensor.realize(y, ox.grad, ow.grad)
+    assert rewritten or geometry in KEPT  # the scheduler laid them out
+    for ours, theirs in zip((y, ox.grad, ow.grad), expected, strict=True):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-4)
 
 

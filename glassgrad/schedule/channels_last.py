@@ -27,12 +27,14 @@ permute. The rule fires only where fewer operands are copied element by element 
 from __future__ import annotations
 
 from glassgrad.helpers import NOOPT, prod
-from glassgrad.schedule.conv import MIN_REDUCED_AXES, in_chain
+from glassgrad.schedule.conv import in_chain
 from glassgrad.schedule.pack import movement, renderer_of
 from glassgrad.uop.ops import GroupOp, Ops, UOp, fresh_unique
 from glassgrad.uop.rewrite import PatternMatcher, UPat
 from glassgrad.uop.view import chain_view
 
+SUMMED_AXES = 2  # a convolution sums over several axes at once (channels and kernel offsets, or batch and positions);
+# a matmul over one
 MIN_CHANNELS = 8  # channels in a chunk of 16 bytes of 16-bit floats: fewer (an RGB image's 3) cross pixels anyway
 
 
@@ -146,7 +148,7 @@ def _copied_fast(operand: UOp, axes: list[int], reduced: set[int], own: set[int]
 def channels_last_operands(reduce: UOp) -> UOp | None:
     """A convolution's sum reading an operand channels-last where that copies it 16 bytes at a time and as it lies
     does not, its channels the innermost of their axes (see the module's docstring)."""
-    if len(reduce.arg[1]) < MIN_REDUCED_AXES or (renderer := renderer_of(reduce)) is None:
+    if len(reduce.arg[1]) < SUMMED_AXES or (renderer := renderer_of(reduce)) is None:
         return None
     if (mul := _product(reduce)) is None or not any(renderer.prefers_channels_last(_uncast(s).dtype) for s in mul.src):
         return None

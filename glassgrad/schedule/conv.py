@@ -33,25 +33,18 @@ MIN_REDUCED_AXES = 2  # a weight that varies along this many reduced axes (C_in 
 MIN_REUSE = 64  # products per weight element: fewer do not repay copying the weight
 
 
-def sum_of_product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
-    """The MUL a sum reduces (under a PERMUTE or not), and the permutation between the MUL's axes and the sum's;
-    None under NOOPT."""
+def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
+    """The MUL a float sum reduces (on a renderer that buffers windows), and the permutation between the MUL's axes
+    and the sum's."""
     src = reduce.src[0]
     order = tuple(range(len(src.shape)))
     if src.op is Ops.PERMUTE:
         src, order = src.src[0], src.arg
-    if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD:
+    if NOOPT or src.op is not Ops.MUL or reduce.arg[0] is not Ops.ADD or reduce.dtype not in WINDOW_DTYPES:
+        return None
+    if (renderer := renderer_of(reduce)) is None or not renderer.buffers_windows:
         return None
     return src, order
-
-
-def _product(reduce: UOp) -> tuple[UOp, tuple[int, ...]] | None:
-    """The MUL a float sum reduces (on a renderer that buffers windows), and the permutation between the MUL's axes
-    and the sum's."""
-    if reduce.dtype not in WINDOW_DTYPES or (found := sum_of_product(reduce)) is None:
-        return None
-    renderer = renderer_of(reduce)
-    return found if renderer is not None and renderer.buffers_windows else None
 
 
 def _with_operands(reduce: UOp, mul: UOp, order: tuple[int, ...], operands: tuple[UOp, ...]) -> UOp:
