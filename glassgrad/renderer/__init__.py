@@ -28,6 +28,11 @@ class Renderer:
     buffers_windows: bool = False  # a mask test per load keeps its loops from vector code: a convolution's padded
     # input and weight get buffers of their own (schedule/conv.py)
 
+    def prefers_channels_last(self, dtype: DType) -> bool:
+        """Whether a convolution whose operands are of this dtype reads them channels-last (schedule/channels_last.py):
+        its kernels copy 16 bytes of channels at a time where they lie side by side."""
+        return False
+
     def supports(self, dtype: DType) -> bool:
         return dtype.scalar not in self.unsupported_dtypes
 

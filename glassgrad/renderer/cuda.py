@@ -16,7 +16,7 @@ import math
 import struct
 
 from glassgrad.dtype import DType, dtypes
-from glassgrad.helpers import prod
+from glassgrad.helpers import TF32, prod
 from glassgrad.renderer.attention import AttentionSpec
 from glassgrad.renderer.cstyle import CKernelWriter, CStyleRenderer
 from glassgrad.renderer.cuda_attention import THREADS, cuda_blocks, render_cuda_attention
@@ -180,6 +180,11 @@ class CUDARenderer(CStyleRenderer):
 
     def fuses_attention(self, dtype: DType, head_size: int, value_size: int) -> bool:
         return self.fused_attention or (self.mma_attention and mma_attention_fits(dtype, head_size, value_size))
+
+    def prefers_channels_last(self, dtype: DType) -> bool:
+        """Where a tensor-core tile multiplies the dtype (16 bits; float32 as TF32 where the user allows it), whose
+        operands it copies 16 bytes at a time: a convolution's in chunks of channels."""
+        return any(not isinstance(c, SimtConfig) and c.accepts(dtype, bool(TF32)) for c in self.tile_configs)
 
     def render_attention(self, name: str, spec: AttentionSpec) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
         """The fused attention kernel: the tensor cores' where it covers the case, else the SIMT one."""

@@ -76,16 +76,16 @@ def buffer_padded_windows(reduce: UOp) -> UOp | None:
     # window's own chain reads it: the other operand may hold the same PAD below a buffer made of it already (a
     # weight gradient's output gradient comes from the forward pass, whose convolution read the padded input's
     # buffer), and a buffer of that buffer would make the forward pass a second time
-    operands = (s if pad is None else _in_chain(s, pad, UOp(Ops.CONTIGUOUS, pad.dtype, (pad,)))
+    operands = (s if pad is None else in_chain(s, pad, UOp(Ops.CONTIGUOUS, pad.dtype, (pad,)))
                 for s, pad in zip(mul.src, pads))  # fmt: skip
     return _with_operands(reduce, mul, order, tuple(operands))
 
 
-def _in_chain(x: UOp, old: UOp, new: UOp) -> UOp:
+def in_chain(x: UOp, old: UOp, new: UOp) -> UOp:
     """The movement chain x with `old` (a node of the chain) replaced by `new`."""
     if x is old:
         return new
-    return x.replace(src=(_in_chain(x.src[0], old, new), *x.src[1:]))
+    return x.replace(src=(in_chain(x.src[0], old, new), *x.src[1:]))
 
 
 def pack_broadcast_weight(reduce: UOp) -> UOp | None:

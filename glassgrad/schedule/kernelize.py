@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from glassgrad.dtype import dtypes
 from glassgrad.helpers import prod, strides_for_shape
+from glassgrad.schedule.channels_last import channels_last
 from glassgrad.schedule.conv import window_buffers
 from glassgrad.schedule.merge_axes import merge_axes
 from glassgrad.schedule.pack import operand_twins, pack_panels, renderer_of_device
@@ -452,7 +453,7 @@ def _view(st: ShapeTracker) -> UOp:
 
 def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
     """Map each node that becomes a buffer to the ASSIGN(BUFFER, KERNEL) that fills it (reshaped to its shape)."""
-    matcher = shadow_sizes + pack_panels + window_buffers + copy_disk_views
+    matcher = shadow_sizes + pack_panels + channels_last + window_buffers + copy_disk_views
     twin = operand_twins(roots, enter=lambda n: not has_buffer(n), matcher=matcher)
     if any(new is not node for node, new in twin.items()):
         sizes = bound_sizes(twin)  # symbolic sizes were laid out at their largest: the tensors get theirs back
@@ -461,7 +462,7 @@ def kernelize(roots: list[UOp]) -> dict[UOp, UOp]:
         replaced = kernelize_graph([twin[r] for r in roots])
         answer = {node: replaced[new] for node, new in twin.items() if new in replaced}
         answer |= {node: new.substitute(replaced) for node, new in twin.items() if node.op is Ops.REDUCE_AXIS
-                   and new.op is Ops.RESHAPE and new.src[0] in replaced}  # fmt: skip
+                   and new.op in (Ops.RESHAPE, Ops.PERMUTE) and new.src[0] in replaced}  # fmt: skip
         answer |= {node: new.substitute(replaced) for node, new in twin.items()
                    if node.op is Ops.COPY and new.op is not Ops.COPY and new.base in replaced}  # fmt: skip
         return {node: with_bound_sizes(new, sizes) for node, new in answer.items()}
