@@ -17,8 +17,8 @@ from glassgrad.codegen.tensor_cores import lower_operand, match_matmul, tensor_c
 from glassgrad.schedule.channels_last import channels_last_operands
 from glassgrad.uop.ops import Ops, UOp
 from glassgrad.uop.rewrite import PatternMatcher, UPat
-from helpers import needs_nvrtc
-from test_tensor_cores import HOPPER, _compile
+from helpers import needs_nvrtc, nvrtc_log
+from test_tensor_cores import HOPPER
 
 kernelize = importlib.import_module("glassgrad.schedule.kernelize")  # the module (the package exports its function)
 BF16 = dtypes.bfloat16
@@ -204,4 +204,4 @@ def test_the_cuda_kernels_copy_every_operand_16_bytes_at_a_time_and_compile(monk
     assert len(after) == len(before) == 3  # the forward sum, the input's and the weight's gradients
     for ast in after:
         assert _copied_16_bytes_at_a_time(ast)
-        assert _compile(get_program(ast, HOPPER, tensor_core_opts(ast, HOPPER)).src, "sm_90")
+        nvrtc_log(get_program(ast, HOPPER, tensor_core_opts(ast, HOPPER)).src, "sm_90")  # fails on an error

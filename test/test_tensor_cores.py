@@ -36,7 +36,10 @@ F16, BF16, F32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
 
 
 def _ast(t: Tensor):
-    return t.schedule()[-1].ast
+    """The last kernel of t's schedule, scheduled as for a GPU: the tensors live on the CPU, whose renderer would
+    have the scheduler lay a float32 B out in panels (schedule/pack.py), which a GPU's renderer does not ask for."""
+    with Context(NOOPT=1):
+        return t.schedule()[-1].ast
 
 
 def _empty(*shape: int, dtype=F16) -> Tensor:
