@@ -14,8 +14,8 @@ from glassgrad.codegen import get_program
 from glassgrad.codegen.attention import is_attention
 from glassgrad.renderer.cuda import CUDARenderer
 from glassgrad.runtime import ops_cuda
-from glassgrad.uop.ops import Ops
-from helpers import attention_reference, needs_gpu, needs_nvrtc, nvrtc_log
+from glassgrad.uop.ops import Ops, UOp
+from helpers import attention_reference, needs_gpu, needs_nvrtc, ptxas_report
 
 F16, BF16, F32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
 TORCH_DTYPES = {F16: torch.float16, BF16: torch.bfloat16, F32: torch.float32}
@@ -226,7 +226,7 @@ def test_the_tensor_core_kernel_compiles_for_sm_90_without_spills(dtype, mask_ki
     for k_transposed in (False, True):
         src = _cuda_source(dtype, mask_kind, ((3, 5), 100, 257, head, value), k_transposed)
         assert "mma.sync.aligned.m16n8k16" in src and ("cp.async" in src)
-        log = nvrtc_log(src, "sm_90")
+        log = ptxas_report(src, "sm_90")
         assert "0 bytes spill stores" in log, log
 
 
@@ -263,10 +263,11 @@ def test_fused_attention_0_takes_the_ordinary_path():
 LENGTHS = [(1, 1), (17, 17), (64, 64), (100, 100), (257, 257), (17, 257), (257, 17)]
 
 
-def _packed(out: Tensor) -> np.ndarray:
-    """The ATTENTION kernel's own output of `out`'s graph: every row's outputs, then every row's logsumexp."""
+def _attention_node(out: Tensor) -> UOp:
+    """The ATTENTION node of `out`'s graph (before it is scheduled): its kernel's own output is every row's
+    outputs, then every row's logsumexp."""
     (node,) = [u for u in out.uop.toposort() if u.op is Ops.ATTENTION]
-    return Tensor(node).numpy()
+    return node
 
 
 @needs_gpu
@@ -281,9 +282,10 @@ def test_gpu_tensor_core_kernel_outputs_and_logsumexps(dtype, mask_kind, lengths
     q, k, v = (Tensor(a, device="CUDA").cast(dtype).realize() for a in _inputs(batch, length, source, head, head))
     tmask = None if mask is None else Tensor(mask, device="CUDA")
     out = q.scaled_dot_product_attention(k, v, attn_mask=tmask, is_causal=causal)
+    node = _attention_node(out)
     (item,) = [i for i in out.schedule() if i.ast.op.name == "SINK" and is_attention(i.ast)]
     assert "mma.sync" in get_program(item.ast, Device["CUDA"].renderer).src
-    packed = _packed(out)
+    packed = Tensor(node).numpy()
     want_out, want_lse = attention_reference(*(t.float().numpy() for t in (q, k, v)), mask, causal, 1 / math.sqrt(head))
     rows, tolerance = want_lse.size, TOLERANCE[dtype][0]  # the weights are rounded to 16 bits for P @ v
     np.testing.assert_allclose(packed[: rows * head].reshape(want_out.shape), want_out, rtol=tolerance, atol=tolerance)

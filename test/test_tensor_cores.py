@@ -21,7 +21,7 @@ from glassgrad.renderer.cuda_tc import TileConfig
 from glassgrad.renderer.cuda_wgmma import WGMMA_CONFIGS, WgmmaConfig
 from glassgrad.runtime import ops_cuda
 from glassgrad.uop.ops import Ops
-from helpers import needs_nvrtc, nvrtc_log
+from helpers import needs_nvrtc, nvrtc_log, ptxas_report
 
 FORMS = {  # the four layouts of a product, for glassgrad and torch tensors alike
     "a@b": lambda a, b: a @ b,
@@ -311,7 +311,7 @@ def test_every_configuration_compiles_for_sm_90_without_spills(config, kind):
     with Context(TF32=int(getattr(c, "tf32", False))):
         ast = _ast((PLAIN if kind == "plain" else HARD)[dtype]())
         assert Opt("TC", 0, config) in tensor_core_actions(ast, HOPPER)
-        log = nvrtc_log(get_program(ast, HOPPER, (Opt("TC", 0, config),)).src, "sm_90")
+        log = ptxas_report(get_program(ast, HOPPER, (Opt("TC", 0, config),)).src, "sm_90")
     assert ("sm_90a" in " ".join(ops_cuda.NVRTCCompiler("sm_90").options_for("wgmma."))) and log
     assert "0 bytes spill stores" in log and "serialized" not in log, log  # wgmma kept asynchronous (C7514)
 
