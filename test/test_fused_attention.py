@@ -25,12 +25,29 @@ TOLERANCE = {F32: (2e-5, 1e-4), F16: (2e-3, 2e-2), BF16: (1.6e-2, 8e-2)}
 # (batch dims, L, S, E, Ev): 1-sizes, odd sizes, L != S, head sizes 1, 64, 80, 128, no batch dims
 SHAPES = [((1, 1), 1, 1, 1, 1), ((3, 5), 37, 37, 64, 64), ((2, 3), 7, 11, 80, 80), ((1,), 37, 20, 128, 128),
           ((), 5, 70, 64, 16), ((2, 1), 70, 9, 32, 48)]  # fmt: skip
-MASKS = ["none", "causal", "bool", "float"]
+MASKS = ["none", "causal", "bool", "float", "padding bool", "padding float"]
+
+
+def _padding_mask(kind: str, batch: tuple[int, ...], source: int, rng) -> np.ndarray:
+    """A mask over the keys alone, the same for every query row (a padded batch's, BERT's (batch, 1, 1, S)): each
+    entry of the first batch dim keeps its first few keys, the first entry none (where there is a batch); as floats,
+    random values there and -inf past them."""
+    lead = batch[:1]
+    real = rng.integers(1, source + 1, lead)
+    if lead:
+        real[0] = 0
+    keep = np.arange(source) < real[..., None]
+    shape = (*lead, *(1,) * (len(batch) - len(lead)), 1, source)
+    if kind == "padding bool":
+        return keep.reshape(shape)
+    return np.where(keep, rng.standard_normal(keep.shape), -np.inf).astype(np.float32).reshape(shape)
 
 
 def _mask(kind: str, batch: tuple[int, ...], length: int, source: int, rng) -> np.ndarray | None:
-    """A bool mask (L, S) broadcast over the batch with its first row all False (a row with every key masked), or a
-    float mask (1, ..., L, S) with -inf in places and a row all -inf."""
+    """A bool mask (L, S) broadcast over the batch with its first row all False (a row with every key masked), a
+    float mask (1, ..., L, S) with -inf in places and a row all -inf, or a padding mask (_padding_mask)."""
+    if kind.startswith("padding"):
+        return _padding_mask(kind, batch, source, rng)
     if kind == "bool":
         mask = rng.random((length, source)) > 0.3
         mask[0] = False

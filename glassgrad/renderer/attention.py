@@ -120,64 +120,115 @@ def bases(spec: AttentionSpec, entry: str) -> list[str]:
     return [f"long long {n}base = {batch_offset(x, spec.batch, entry)};" for n, x in inputs if x is not None]
 
 
-C_ROWS = 16  # query rows a task of the CPU's kernel takes: each block of keys, converted to float, serves them all
+C_ROWS = 64  # query rows a task of the CPU's kernel takes at most: each block of keys, converted and transposed
+# once, serves them all (16 rows a task spent more time laying out keys than multiplying: MiniLM's 128 x 128 heads)
 C_KEYS = 64  # keys a block
-TILE_ROWS, TILE_COLS = 4, 16  # the register tile of both products: 4 rows by two 8-float vectors (8 accumulators)
+TILE_ROWS = 8  # the register tile of both products: 8 rows by two vectors (16 accumulators, of AVX-512's 32)
+VECTOR_BYTES = 64  # the widest vector the tiles compute on (AVX-512; GCC splits it where the CPU has less)
 LOG2E = 1.4426950408889634  # the scores are kept in base 2 (q scaled by it): exp2 of a whole vector is one call
 
 
+def c_lanes(renderer) -> int:
+    """Floats a vector of the CPU's kernel: the renderer's widest that fits VECTOR_BYTES and divides C_KEYS / 2."""
+    return max(n for n in renderer.vector_lanes if n * 4 <= VECTOR_BYTES and C_KEYS % (2 * n) == 0)
+
+
+def c_rows(spec: AttentionSpec) -> int:
+    """Query rows a task takes: C_ROWS, or all of them (rounded up to whole tiles) where there are fewer."""
+    return min(C_ROWS, -(-spec.length // TILE_ROWS) * TILE_ROWS)
+
+
 def c_tasks(spec: AttentionSpec) -> int:
-    """The CPU kernel's outer loop: a task per batch entry and block of C_ROWS query rows (threads split it)."""
-    return spec.entries * -(-spec.length // C_ROWS)
+    """The CPU kernel's outer loop: a task per batch entry and block of c_rows query rows (threads split it)."""
+    return spec.entries * -(-spec.length // c_rows(spec))
 
 
-def _c_tile(out: str, columns: int, depth: int, a_at: str, b_at: str, load_out: bool) -> str:
-    """C for out[r + i][col .. col + 16] (+)= sum over d < depth of a_at(i, d) * b_at(d, col .. col + 16) for every
-    4 x 16 tile of out (C_ROWS x columns), each tile in 8 vector registers: b's two vectors of a step serve 4 rows."""
-    halves = ("col", "col + 8")
-    init = [f"*(V8*)&{out}[r + i][{c}]" if load_out else "(V8){0}" for c in halves]
-    store = " ".join(f"*(V8*)&{out}[r + i][{c}] = t[i][{h}];" for h, c in enumerate(halves))
-    return f"""for (int r = 0; r < {C_ROWS}; r += {TILE_ROWS})
-        for (int col = 0; col < {columns}; col += {TILE_COLS}) {{
-          V8 t[{TILE_ROWS}][2];
+def _c_tile(out: str, rows: int, columns: int, depth: int, a_at: str, b_at: str, load_out: bool, lanes: int) -> str:
+    """C for out[r + i][col .. col + 2 * lanes] (+)= sum over d < depth of a_at(i, d) * b_at(d, col ..) for every
+    TILE_ROWS x 2 vectors tile of out (rows x columns), in registers: b's two vectors of a step serve TILE_ROWS rows,
+    each by a fused multiply-add."""
+    halves = ("col", f"col + {lanes}")
+    init = [f"*(V*)&{out}[r + i][{c}]" if load_out else "(V){0}" for c in halves]
+    store = " ".join(f"*(V*)&{out}[r + i][{c}] = t[i][{h}];" for h, c in enumerate(halves))
+    return f"""for (int r = 0; r < {rows}; r += {TILE_ROWS})
+        for (int col = 0; col < {columns}; col += {2 * lanes}) {{
+          V t[{TILE_ROWS}][2];
 #pragma GCC unroll {TILE_ROWS}
           for (int i = 0; i < {TILE_ROWS}; i++) t[i][0] = {init[0]}, t[i][1] = {init[1]};
           for (int d = 0; d < {depth}; d++) {{
-            V8 b0 = *(V8*)&{b_at.format(c=halves[0])}, b1 = *(V8*)&{b_at.format(c=halves[1])};
+            V b0 = *(V*)&{b_at.format(c=halves[0])}, b1 = *(V*)&{b_at.format(c=halves[1])};
 #pragma GCC unroll {TILE_ROWS}
-            for (int i = 0; i < {TILE_ROWS}; i++) {{ float x = {a_at}; t[i][0] += x * b0, t[i][1] += x * b1; }}
+            for (int i = 0; i < {TILE_ROWS}; i++) {{
+              V x = gg_splat({a_at}); t[i][0] = gg_fma(x, b0, t[i][0]), t[i][1] = gg_fma(x, b1, t[i][1]);
+            }}
           }}
 #pragma GCC unroll {TILE_ROWS}
           for (int i = 0; i < {TILE_ROWS}; i++) {{ {store} }}
         }}"""
 
 
+def _c_key_mask(renderer, spec: AttentionSpec) -> tuple[str, str]:
+    """C that masks a block's scores: (once a block: `keep[j]`, all bits set for a key a row may attend to, and a float
+    mask's `add[j]` where the mask is the same for every row; per row r: what the rest of the mask does to s[r])."""
+    m, log2e = spec.mask, renderer.render_const(LOG2E, dtypes.float32)
+    shared = m is not None and m.row_stride == 0  # a padding mask over the keys (batch, 1, 1, S): one row for all
+    keep, add = "j < n", ""
+    if shared:
+        at = f"data{m.buffer}[maskbase + (long long)(j0 + j) * {m.col_stride}LL]"
+        if m.dtype == dtypes.bool:
+            keep = f"j < n && {at}"
+        else:
+            add = f"add[j] = j < n ? {renderer.render_cast(at, m.dtype, dtypes.float32)} * {log2e} : 0.0f;"
+    block = f"for (int j = 0; j < {C_KEYS}; j++) {{ keep[j] = {keep} ? -1 : 0; {add} }}"
+    per_row = []
+    if add:
+        per_row.append(f"for (int j = 0; j < {C_KEYS}; j += L) *(V*)&s[r][j] += *(V*)&add[j];")
+    if m is not None and not shared:
+        masked = masked_score(renderer, spec, "s[r][j]", "row", "j0 + j", LOG2E)
+        per_row.append(f"for (int j = 0; j < n; j++) {{ {masked} }}")
+    elif spec.causal:
+        per_row.append("for (int j = row - j0 + 1 > 0 ? row - j0 + 1 : 0; j < n; j++) s[r][j] = -INFINITY;")
+    return block, " ".join(per_row)
+
+
 def render_c_attention(renderer, name: str, spec: AttentionSpec) -> str:
     """The CPU's fused attention kernel: NAME(out, each input buffer, start, end) computes tasks [start, end) (and
-    NAME_range, the thread pool's entry). Both products run in 4 x 16 register tiles of 8-float vectors over arrays
-    padded to whole tiles (zeros); exp2 takes 8 scores at a time."""
-    e, ev, length, source = spec.head_size, spec.value_size, spec.length, spec.source_length
-    evp = -(-ev // TILE_COLS) * TILE_COLS
-    blocks = -(-length // C_ROWS)
+    NAME_range, the thread pool's entry). Both products run in register tiles of the widest vectors over arrays padded
+    to whole tiles (zeros); the softmax's max, exp2 and sum take a vector of scores at a time."""
+    lanes = c_lanes(renderer)
+    e, ev, length, source, rows = spec.head_size, spec.value_size, spec.length, spec.source_length, c_rows(spec)
+    evp = -(-ev // (2 * lanes)) * 2 * lanes
+    blocks = -(-length // rows)
     scale = renderer.render_const(spec.scale * LOG2E, dtypes.float32)
     buffers = 1 + len(input_buffers(spec))
     keys = f"r0 + rows < {source} ? r0 + rows : {source}" if spec.causal else str(source)
-    scores = _c_tile("s", C_KEYS, e, "qs[r + i][d]", "kt[d][{c}]", False)
-    weighted = _c_tile("acc", evp, C_KEYS, "s[r + i][d]", "vs[d][{c}]", True)
-    v8, v_at = dtypes.float32.vec(8), load(renderer, spec.v, "v", "j0 + j", "c")
-    exp2 = renderer.render_vector_alu(Ops.EXP2, v8, ["x"], (UOp(Ops.CONST, v8, (), 0),), [None])
+    scores = _c_tile("s", rows, C_KEYS, e, "qs[r + i][d]", "kt[d][{c}]", False, lanes)
+    weighted = _c_tile("acc", rows, evp, C_KEYS, "s[r + i][d]", "vs[d][{c}]", True, lanes)
+    vf, vi = dtypes.float32.vec(lanes), dtypes.int32.vec(lanes)
+    v_at = load(renderer, spec.v, "v", "j0 + j", "c")
+    exp2 = renderer.render_vector_alu(Ops.EXP2, vf, ["x"], (UOp(Ops.CONST, vf, (), 0),), [None])
+    key_mask, row_mask = _c_key_mask(renderer, spec)
+    align = lanes * 4
     body = f"""
-typedef {renderer.type_name(v8)} V8;
-static inline V8 gg_exp2_8(V8 x) {{ return {exp2}; }}
+typedef {renderer.type_name(vf)} V;
+typedef {renderer.type_name(vi)} VI;
+enum {{ L = {lanes} }};
+static inline V gg_exp2v(V x) {{ return {exp2}; }}
+static inline V gg_fma(V a, V b, V c) {{ return {renderer.type_name(vf)}_fma(a, b, c); }}
+static inline V gg_splat(float x) {{ return (V){{{", ".join(["x"] * lanes)}}}; }}
+static inline V gg_vmax(V a, V b) {{ VI m = a > b; return (V)(((VI)a & m) | ((VI)b & ~m)); }}
 void {name}({parameters(renderer, spec)}, long long start, long long end) {{
-  float qs[{C_ROWS}][{e}], m[{C_ROWS}], l[{C_ROWS}];
-  float kt[{e}][{C_KEYS}] __attribute__((aligned(32))), vs[{C_KEYS}][{evp}] __attribute__((aligned(32)));
-  float s[{C_ROWS}][{C_KEYS}] __attribute__((aligned(32))), acc[{C_ROWS}][{evp}] __attribute__((aligned(32)));
+  float qs[{rows}][{e}], m[{rows}], l[{rows}];
+  float kt[{e}][{C_KEYS}] __attribute__((aligned({align}))), vs[{C_KEYS}][{evp}] __attribute__((aligned({align})));
+  float s[{rows}][{C_KEYS}] __attribute__((aligned({align}))), acc[{rows}][{evp}] __attribute__((aligned({align})));
+  int keep[{C_KEYS}] __attribute__((aligned({align})));
+  float add[{C_KEYS}] __attribute__((aligned({align})));
+  (void)add;
   for (long long task = start; task < end; task++) {{
     long long entry = task / {blocks};
-    int r0 = (int)(task % {blocks}) * {C_ROWS}, rows = {length} - r0 < {C_ROWS} ? {length} - r0 : {C_ROWS};
+    int r0 = (int)(task % {blocks}) * {rows}, rows = {length} - r0 < {rows} ? {length} - r0 : {rows};
     {" ".join(bases(spec, "entry"))}
-    for (int r = 0; r < {C_ROWS}; r++) {{
+    for (int r = 0; r < {rows}; r++) {{
       for (int c = 0; c < {e}; c++) qs[r][c] = r < rows ? {load(renderer, spec.q, "q", "r0 + r", "c")} * {scale} : 0.0f;
       for (int c = 0; c < {evp}; c++) acc[r][c] = 0.0f;
       m[r] = -INFINITY, l[r] = 0.0f;
@@ -189,26 +240,34 @@ void {name}({parameters(renderer, spec)}, long long start, long long end) {{
         for (int c = 0; c < {e}; c++) kt[c][j] = j < n ? {load(renderer, spec.k, "k", "j0 + j", "c")} : 0.0f;
         for (int c = 0; c < {evp}; c++) vs[j][c] = j < n && c < {ev} ? {v_at} : 0.0f;
       }}
+      {key_mask}
       {scores}
       for (int r = 0; r < rows; r++) {{  /* the scores become weights exp2(s - m); the row's sums are rescaled */
-        float top = -INFINITY;
-        for (int j = 0; j < {C_KEYS}; j++) {{
-          int row = r0 + r, key = j0 + j;
-          if (j >= n) s[r][j] = -INFINITY;
-          else {{ {masked_score(renderer, spec, "s[r][j]", "row", "key", LOG2E)} }}
-          top = s[r][j] > top ? s[r][j] : top;
+        int row = r0 + r;
+        (void)row;
+        V none = gg_splat(-INFINITY), top = none;
+        for (int j = 0; j < {C_KEYS}; j += L) {{
+          VI k = *(VI*)&keep[j];
+          *(V*)&s[r][j] = (V)(((VI)*(V*)&s[r][j] & k) | ((VI)none & ~k));
         }}
-        float now = m[r] > top ? m[r] : top, shrink = now == -INFINITY ? 1.0f : exp2f(m[r] - now);
-        l[r] *= shrink;
-        for (int j = 0; j < {C_KEYS}; j += 8) {{
-          V8 p = now == -INFINITY ? (V8){{0}} : gg_exp2_8(*(V8*)&s[r][j] - now);
-          *(V8*)&s[r][j] = p;
-          for (int h = 0; h < 8; h++) l[r] += p[h];
+        {row_mask}
+        for (int j = 0; j < {C_KEYS}; j += L) top = gg_vmax(top, *(V*)&s[r][j]);
+        float most = top[0];
+        for (int h = 1; h < L; h++) most = top[h] > most ? top[h] : most;
+        float now = m[r] > most ? m[r] : most, shrink = now == -INFINITY ? 1.0f : exp2f(m[r] - now);
+        V sum = gg_splat(0.0f);
+        for (int j = 0; j < {C_KEYS}; j += L) {{
+          V p = now == -INFINITY ? gg_splat(0.0f) : gg_exp2v(*(V*)&s[r][j] - now);
+          *(V*)&s[r][j] = p;
+          sum += p;
         }}
+        float total = 0.0f;
+        for (int h = 0; h < L; h++) total += sum[h];
+        l[r] = l[r] * shrink + total;
         for (int c = 0; c < {evp}; c++) acc[r][c] *= shrink;
         m[r] = now;
       }}
-      for (int r = rows; r < {C_ROWS}; r++) for (int j = 0; j < {C_KEYS}; j++) s[r][j] = 0.0f;
+      for (int r = rows; r < {rows}; r++) for (int j = 0; j < {C_KEYS}; j++) s[r][j] = 0.0f;
       {weighted}
     }}
     for (int r = 0; r < rows; r++) {{
@@ -222,5 +281,7 @@ void {name}({parameters(renderer, spec)}, long long start, long long end) {{
 void {name}_range(void** args, long long start, long long end) {{
   {name}({", ".join(f"args[{i}]" for i in range(buffers))}, start, end);
 }}"""
-    vector = UOp(Ops.EXP2, v8, (UOp(Ops.CONST, v8, (), 0),))  # the vector type, and libmvec's exp2 where linked
-    return "\n".join([*conversions(renderer, spec, [vector]), body]) + "\n"
+    zero = UOp(Ops.CONST, vf, (), 0)
+    # the vector types, libmvec's exp2 and the fma helper
+    helpers = [UOp(Ops.EXP2, vf, (zero,)), UOp(Ops.MULACC, vf, (zero, zero, zero)), UOp(Ops.CONST, vi, (), 0)]
+    return "\n".join([*conversions(renderer, spec, helpers), body]) + "\n"
