@@ -309,7 +309,11 @@ def pack_values(values: list[Any], dtype: DType) -> bytes:
     """Python scalars as the bytes of a `dtype` buffer."""
     if (bits := STORED_AS_BITS.get(dtype)) is not None:
         return struct.pack(f"<{len(values)}{bits.storage}", *(bits.encode(float(v)) for v in values))
-    return struct.pack(f"<{len(values)}{dtype.fmt}", *(_truncate(dtype, v) for v in values))
+    fmt = f"<{len(values)}{dtype.fmt}"
+    try:  # values the format holds as they are (ints in range, floats not past the largest): packed at C speed
+        return struct.pack(fmt, *values)
+    except (struct.error, OverflowError):  # a float for an int, an int that wraps, a float past the largest
+        return struct.pack(fmt, *(_truncate(dtype, v) for v in values))
 
 
 def unpack_values(raw: bytes | bytearray, dtype: DType) -> list[Any]:

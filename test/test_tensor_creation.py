@@ -295,3 +295,38 @@ def test_numpy_scalars_in_a_list_are_the_numbers_they_hold():
         t = Tensor(values)
         np.testing.assert_array_equal(t.numpy(), torch.tensor(values).numpy())
     assert Tensor([np.uint8(3)]).dtype == dtypes.default_int and Tensor([np.float64(0.5)]).dtype == dtypes.default_float
+
+
+AWKWARD_VALUES = [0, 1, -1, 127, 128, 255, 256, 2**31, -(2**31) - 1, 2**64 + 3, 1.5, -2.5, 1e39, -1e39, 70000.0,
+                  math.nan, math.inf, True, False]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint32,
+                                   dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64],
+                         ids=str)  # fmt: skip
+def test_list_values_are_rounded_or_wrapped_as_truncate_says(dtype):
+    """Values packed from a list, whether the format holds them as they are (packed at once) or not (each truncated:
+    ints that wrap, floats for ints, floats past the largest): each is what dtypes' truncate makes of it."""
+    from glassgrad.dtype import truncate
+
+    for values in (AWKWARD_VALUES, [v for v in AWKWARD_VALUES if isinstance(v, int) and -128 <= v <= 127]):
+        if dtypes.is_int(dtype) and any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            values = [v for v in values if not (isinstance(v, float) and not math.isfinite(v))]  # no int of inf or nan
+        got = Tensor(values, dtype=dtype, device="CPU").tolist()
+        want = [truncate(dtype, v) for v in values]
+        assert [str(v) for v in got] == [str(v) for v in want]
+
+
+def test_a_list_that_fits_its_format_is_packed_without_a_call_a_value(monkeypatch):
+    """Token ids and masks (sentence encoders build them as lists): no Python call per value (constants elsewhere in
+    the graph are still truncated one by one)."""
+    import glassgrad.dtype as dtype_module
+
+    calls = []
+    real = dtype_module._truncate
+    monkeypatch.setattr(dtype_module, "_truncate", lambda d, v: calls.append((d, v)) or real(d, v))
+    ids = [[i % 30522 for i in range(j, j + 128)] for j in range(32)]
+    assert Tensor(ids, dtype=dtypes.int32, device="CPU").tolist() == ids
+    assert Tensor([[0.5, 1.0], [2.0, -3.5]], device="CPU").tolist() == [[0.5, 1.0], [2.0, -3.5]]
+    assert not [v for d, v in calls if (d == dtypes.int32 and v in range(32, 30522)) or v in (0.5, -3.5)]
+    assert Tensor([300], dtype=dtypes.uint8, device="CPU").tolist() == [44] and (dtypes.uint8, 300) in calls
