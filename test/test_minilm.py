@@ -94,6 +94,20 @@ def test_tokenizer_settings_match_hugging_face_tokenizers(lowercase, strip_accen
         assert ours.encode(text) == reference.encode(text).ids, f"token ids differ for {text!r}"
 
 
+def test_tokenizer_asks_unicode_about_a_character_once(monkeypatch):
+    """What normalizing and splitting make of a character is remembered: a second text of the same characters asks
+    unicodedata nothing (the per-character questions were most of encode's Python time)."""
+    import glassgrad.models.wordpiece as wordpiece
+
+    tokenizer = WordPieceTokenizer.from_file(os.path.join(MODEL_DIR, "vocab.txt"))
+    text = "The quick brown fox, 3 dogs; (and) a cat!"
+    first = tokenizer.encode(text)
+    asked = []
+    monkeypatch.setattr(wordpiece.unicodedata, "category", lambda ch: asked.append(ch) or "Ll")
+    assert tokenizer.encode(text[::-1]) and tokenizer.encode(text) == first
+    assert asked == []
+
+
 def test_tokenizer_truncates_to_max_seq_length(reference, encoder):
     ids = encoder.tokenizer.encode(EXTRA_TEXTS[-1])
     assert len(ids) == reference.max_seq_length == 256

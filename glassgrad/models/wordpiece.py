@@ -7,10 +7,26 @@ vocabulary holds ("playing" -> "play", "##ing"). A word no pieces spell becomes 
 
 from __future__ import annotations
 
+import functools
 import string
 import unicodedata
 
 MAX_WORD_CHARS = 100  # a longer word is [UNK] (max_input_chars_per_word)
+
+
+@functools.cache
+def _normal_form(ch: str) -> str:
+    """What normalize makes of one character before accents and case: nothing for a control character, a space for
+    whitespace, a CJK ideograph spaced out, else itself (remembered per character: texts repeat few characters)."""
+    if ch in "\0\ufffd" or _is_control(ch):
+        return ""
+    return f" {ch} " if _is_cjk(ch) else " " if ch.isspace() else ch
+
+
+@functools.cache
+def _splits_words(ch: str) -> bool:
+    """Whether `ch` ends a word: whitespace, or punctuation (a word of its own)."""
+    return ch.isspace() or _is_punctuation(ch)
 
 
 def _is_control(ch: str) -> bool:
@@ -54,13 +70,8 @@ class WordPieceTokenizer:
 
     def normalize(self, text: str) -> str:
         """Drop control characters, make every whitespace a space, space out CJK; strip accents and lowercase."""
-        out = []
-        for ch in text:
-            if ch in "\0\ufffd" or _is_control(ch):
-                continue
-            out.append(f" {ch} " if _is_cjk(ch) else " " if ch.isspace() else ch)
-        text = "".join(out)
-        if self.strip_accents:  # "Café" -> "Cafe": split letters from their marks, drop the marks
+        text = "".join(map(_normal_form, text))
+        if self.strip_accents and not text.isascii():  # "Café" -> "Cafe": split letters from their marks, drop them
             text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
         return text.lower() if self.lowercase else text
 
@@ -68,7 +79,7 @@ class WordPieceTokenizer:
         """Words split at whitespace; each punctuation character is a word of its own."""
         words, current = [], ""
         for ch in text:
-            if ch.isspace() or _is_punctuation(ch):
+            if _splits_words(ch):
                 if current:
                     words.append(current)
                 current = ""
