@@ -22,9 +22,10 @@ TORCH_DTYPES = {F16: torch.float16, BF16: torch.bfloat16, F32: torch.float32}
 # forward and backward (the backward's products in the inputs' dtype) against float32 PyTorch on the same inputs
 TOLERANCE = {F32: (2e-5, 1e-4), F16: (2e-3, 2e-2), BF16: (1.6e-2, 8e-2)}
 
-# (batch dims, L, S, E, Ev): 1-sizes, odd sizes, L != S, head sizes 1, 64, 80, 128, no batch dims
+# (batch dims, L, S, E, Ev): 1-sizes, odd sizes, L != S, head sizes 1, 64, 80, 128, no batch dims, more query rows
+# than the CPU kernel's task takes (131: 128 and 3) over two blocks of keys, the second of one key
 SHAPES = [((1, 1), 1, 1, 1, 1), ((3, 5), 37, 37, 64, 64), ((2, 3), 7, 11, 80, 80), ((1,), 37, 20, 128, 128),
-          ((), 5, 70, 64, 16), ((2, 1), 70, 9, 32, 48)]  # fmt: skip
+          ((), 5, 70, 64, 16), ((2, 1), 70, 9, 32, 48), ((2,), 131, 65, 24, 40)]  # fmt: skip
 MASKS = ["none", "causal", "bool", "float", "padding bool", "padding float"]
 
 
