@@ -121,7 +121,8 @@ def bases(spec: AttentionSpec, entry: str) -> list[str]:
 
 
 C_ROWS = 128  # query rows a task of the CPU's kernel takes at most: each block of keys, converted and transposed
-# once, serves them all (MiniLM's 384 heads of 128 x 128, one thread: 16 rows a task 42 ms, 64 13.2 ms, 128 11.6 ms)
+# once, serves them all (MiniLM's 384 heads of 128 x 128, one thread: 64 rows a task 12.9 ms, 128 11.8 ms; the kernel
+# before, 16 rows a task in 8-float vectors without fused multiply-adds, 30 ms)
 CAUSAL_ROWS = 64  # ...with a causal mask, where a task's keys end at its last row: smaller tasks skip more of them
 C_KEYS = 64  # keys a block
 TILE_ROWS = 8  # the register tile of both products: 8 rows by two vectors (16 accumulators, of AVX-512's 32)
